@@ -1,0 +1,54 @@
+//! # toolyard-core
+//!
+//! The vocabulary every other Toolyard crate speaks: the [`Tool`] trait (and its typed form
+//! [`TypedTool`], whose JSON Schema is derived from the argument struct), [`ToolContext`],
+//! [`ToolResult`] and [`ToolError`], the [`Registry`], schema export to OpenAI / Anthropic / MCP
+//! ([`ToolDefinition`]), the [`Catalog`] with its lanes and profiles, and output shaping
+//! ([`shape::head_tail`]). Nothing here knows a file system, a process or a transport exists.
+//!
+//! ```
+//! use toolyard_core::{Annotations, Registry, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! #[serde(deny_unknown_fields)]
+//! struct EchoArgs { text: String }
+//!
+//! struct Echo;
+//! #[async_trait::async_trait]
+//! impl TypedTool for Echo {
+//!     type Args = EchoArgs;
+//!     fn name(&self) -> &str { "echo" }
+//!     fn description(&self) -> &str { "Say it back" }
+//!     fn annotations(&self) -> Annotations { Annotations::READ_ONLY }
+//!     async fn run(&self, a: EchoArgs, _: &ToolContext) -> Result<ToolResult, ToolError> {
+//!         Ok(ToolResult::ok(a.text))
+//!     }
+//! }
+//!
+//! let mut reg = Registry::new();
+//! reg.register(std::sync::Arc::new(Typed(Echo))).unwrap();
+//! let ctx = ToolContext::new("/tmp", "s1");
+//! let rt = tokio::runtime::Runtime::new().unwrap();
+//! let out = rt.block_on(reg.invoke("echo", serde_json::json!({"text": "hi"}), &ctx));
+//! assert_eq!(out.output, "hi");
+//! ```
+
+mod catalog;
+mod error;
+mod registry;
+mod result;
+pub mod schema;
+pub mod shape;
+mod tool;
+
+pub use catalog::{
+    ALL_PROFILE, Catalog, CatalogError, DEFAULT_CATALOG, DEFAULT_MAX_OUTPUT_BYTES, Lane, SECTIONS,
+    ToolSpec,
+};
+pub use error::ToolError;
+pub use registry::{Registry, RegistryError};
+pub use result::ToolResult;
+pub use schema::{SchemaFormat, ToolDefinition, export, schema_of};
+pub use tool::{
+    Annotations, Progress, ProgressSink, Tool, ToolContext, Typed, TypedTool, parse_args,
+};

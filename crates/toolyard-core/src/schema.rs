@@ -1,0 +1,133 @@
+//! Tool definitions and their export to the three formats model APIs take.
+
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::{Annotations, Tool};
+
+/// The JSON Schema (draft 2020-12, self-contained) of `T`, as a tool's `input_schema`.
+pub fn schema_of<T: JsonSchema>() -> Value {
+    let generator = SchemaSettings::draft2020_12()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator();
+    let schema = generator.into_root_schema_for::<T>();
+    let mut value = schema.to_value();
+    if let Value::Object(map) = &mut value {
+        // The title is the Rust type's name, which means nothing to a model.
+        map.remove("title");
+        map.remove("$schema");
+        if !map.contains_key("properties") && map.get("type") == Some(&json!("object")) {
+            map.insert("properties".into(), Value::Object(Map::new()));
+        }
+    }
+    value
+}
+
+/// Everything a model API needs to know about one tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// The tool's name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+    /// JSON Schema of the structured result, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// Behaviour hints.
+    pub annotations: Annotations,
+}
+
+impl ToolDefinition {
+    /// The definition of `tool`, with `description` overriding the tool's own when given.
+    pub fn of(tool: &dyn Tool, description: Option<&str>) -> Self {
+        Self {
+            name: tool.name().to_string(),
+            description: description.unwrap_or(tool.description()).to_string(),
+            input_schema: tool.input_schema(),
+            output_schema: tool.output_schema(),
+            annotations: tool.annotations(),
+        }
+    }
+
+    /// OpenAI function-tool form (`{"type":"function","function":{...}}`).
+    pub fn to_openai(&self) -> Value {
+        json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.input_schema,
+            }
+        })
+    }
+
+    /// Anthropic tool form (`{"name","description","input_schema"}`).
+    pub fn to_anthropic(&self) -> Value {
+        json!({
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        })
+    }
+
+    /// MCP tool form, with annotations and the output schema where there is one.
+    pub fn to_mcp(&self) -> Value {
+        let mut tool = json!({
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "annotations": {
+                "readOnlyHint": self.annotations.read_only,
+                "destructiveHint": self.annotations.destructive,
+                "idempotentHint": self.annotations.idempotent,
+                "openWorldHint": self.annotations.open_world,
+            }
+        });
+        if let Some(out) = &self.output_schema {
+            tool["outputSchema"] = out.clone();
+        }
+        tool
+    }
+}
+
+/// A format that tool definitions can be exported in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaFormat {
+    /// OpenAI function tools.
+    OpenAi,
+    /// Anthropic tools.
+    Anthropic,
+    /// MCP tools.
+    Mcp,
+}
+
+impl std::str::FromStr for SchemaFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "openai" => Ok(Self::OpenAi),
+            "anthropic" => Ok(Self::Anthropic),
+            "mcp" => Ok(Self::Mcp),
+            other => Err(format!(
+                "unknown format `{other}`; expected openai, anthropic or mcp"
+            )),
+        }
+    }
+}
+
+/// Export `defs` as a JSON array in `format`.
+pub fn export(defs: &[ToolDefinition], format: SchemaFormat) -> Value {
+    Value::Array(
+        defs.iter()
+            .map(|d| match format {
+                SchemaFormat::OpenAi => d.to_openai(),
+                SchemaFormat::Anthropic => d.to_anthropic(),
+                SchemaFormat::Mcp => d.to_mcp(),
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,195 @@
+//! Output shaping: the one place that cuts long output for a model.
+//!
+//! Long output keeps its head **and** its tail (the error at the end of a build log matters as
+//! much as the command line at its start), with a marker that says how much was cut and, when
+//! the caller knows, where the rest is.
+
+use std::collections::VecDeque;
+
+/// Text cut to fit a limit, and what was cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shaped {
+    /// The text to show: head, marker, tail (or the whole text when it fit).
+    pub text: String,
+    /// Bytes left out.
+    pub cut_bytes: u64,
+    /// Whole or partial lines left out.
+    pub cut_lines: u64,
+    /// Bytes in the original.
+    pub total_bytes: u64,
+}
+
+impl Shaped {
+    /// Whether anything was cut.
+    pub fn truncated(&self) -> bool {
+        self.cut_bytes > 0
+    }
+}
+
+/// Cut `text` to about `limit` bytes, keeping head and tail; `hint` ends the marker.
+pub fn head_tail(text: &str, limit: usize, hint: Option<&str>) -> Shaped {
+    let mut buf = HeadTail::new(limit);
+    buf.push(text.as_bytes());
+    buf.finish(hint)
+}
+
+/// A bounded buffer that keeps the first and last `limit / 2` bytes of a stream and counts the
+/// rest, so a command printing gigabytes costs a fixed amount of memory.
+#[derive(Debug, Clone)]
+pub struct HeadTail {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    head_cap: usize,
+    tail_cap: usize,
+    total: u64,
+    total_newlines: u64,
+}
+
+impl HeadTail {
+    /// A buffer that will show at most about `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        let head_cap = limit / 2;
+        Self {
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            head_cap,
+            tail_cap: limit - head_cap,
+            total: 0,
+            total_newlines: 0,
+        }
+    }
+
+    /// Bytes pushed so far.
+    pub fn total_bytes(&self) -> u64 {
+        self.total
+    }
+
+    /// Append a chunk of the stream.
+    pub fn push(&mut self, mut chunk: &[u8]) {
+        self.total += chunk.len() as u64;
+        self.total_newlines += memchr_count(chunk);
+        let room = self.head_cap.saturating_sub(self.head.len());
+        let take = room.min(chunk.len());
+        self.head.extend_from_slice(&chunk[..take]);
+        chunk = &chunk[take..];
+        if chunk.is_empty() {
+            return;
+        }
+        if chunk.len() >= self.tail_cap {
+            chunk = &chunk[chunk.len() - self.tail_cap..];
+            self.tail.clear();
+        }
+        let overflow = (self.tail.len() + chunk.len()).saturating_sub(self.tail_cap);
+        self.tail.drain(..overflow);
+        self.tail.extend(chunk);
+    }
+
+    /// The shaped text (lossy UTF-8) and what was cut; `hint` ends the marker.
+    pub fn finish(self, hint: Option<&str>) -> Shaped {
+        let tail: Vec<u8> = self.tail.into_iter().collect();
+        let kept = (self.head.len() + tail.len()) as u64;
+        if kept == self.total {
+            let mut all = self.head;
+            all.extend_from_slice(&tail);
+            return Shaped {
+                text: String::from_utf8_lossy(&all).into_owned(),
+                cut_bytes: 0,
+                cut_lines: 0,
+                total_bytes: self.total,
+            };
+        }
+        // Cut at line boundaries when that loses less than half of each side.
+        let head_end = match self.head.iter().rposition(|&b| b == b'\n') {
+            Some(i) if i + 1 >= self.head.len() / 2 => i + 1,
+            _ => self.head.len(),
+        };
+        let tail_start = match tail.iter().position(|&b| b == b'\n') {
+            Some(i) if i < tail.len() / 2 => i + 1,
+            _ => 0,
+        };
+        let head = &self.head[..head_end];
+        let tail = &tail[tail_start..];
+        let head_newlines = memchr_count(head);
+        let tail_newlines = memchr_count(tail);
+        let cut_bytes = self.total - (head.len() + tail.len()) as u64;
+        let cut_lines = self
+            .total_newlines
+            .saturating_sub(head_newlines + tail_newlines)
+            .max(1);
+        let mut text = String::from_utf8_lossy(head).into_owned();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "[... {cut_bytes} bytes ({cut_lines} lines) cut from the middle of {} bytes",
+            self.total
+        ));
+        if let Some(h) = hint {
+            text.push_str("; ");
+            text.push_str(h);
+        }
+        text.push_str(" ...]\n");
+        text.push_str(&String::from_utf8_lossy(tail));
+        Shaped {
+            text,
+            cut_bytes,
+            cut_lines,
+            total_bytes: self.total,
+        }
+    }
+}
+
+fn memchr_count(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn short_text_is_untouched() {
+        let s = head_tail("a\nb\n", 100, None);
+        assert_eq!(s.text, "a\nb\n");
+        assert!(!s.truncated());
+    }
+
+    #[test]
+    fn long_text_keeps_head_and_tail_and_says_what_was_cut() {
+        let text: String = (0..1000).map(|i| format!("line {i}\n")).collect();
+        let s = head_tail(&text, 200, Some("full output in /tmp/x"));
+        assert!(s.text.starts_with("line 0\n"));
+        assert!(s.text.ends_with("line 999\n"));
+        assert!(s.text.contains("lines) cut from the middle"));
+        assert!(s.text.contains("full output in /tmp/x"));
+        assert_eq!(s.total_bytes, text.len() as u64);
+        assert!(s.cut_lines > 900);
+    }
+
+    proptest! {
+        #[test]
+        fn streaming_equals_one_push(chunks in proptest::collection::vec("[a-z\n]{0,50}", 0..40), limit in 1usize..300) {
+            let whole: String = chunks.concat();
+            let mut buf = HeadTail::new(limit);
+            for c in &chunks { buf.push(c.as_bytes()); }
+            prop_assert_eq!(buf.finish(None), head_tail(&whole, limit, None));
+        }
+
+        #[test]
+        fn kept_plus_cut_is_total(text in "[a-z\n]{0,2000}", limit in 1usize..500) {
+            let s = head_tail(&text, limit, None);
+            if s.truncated() {
+                let marker_start = s.text.find("[... ").unwrap();
+                let marker_end = s.text[marker_start..].find(" ...]\n").unwrap() + marker_start + 6;
+                let kept = marker_start - usize::from(s.text[..marker_start].ends_with('\n') && !text[..marker_start].ends_with('\n'))
+                    + (s.text.len() - marker_end);
+                prop_assert!(kept as u64 + s.cut_bytes <= text.len() as u64 + 1);
+                prop_assert!(s.cut_bytes > 0);
+                prop_assert!(s.text.len() <= limit + 200);
+            } else {
+                prop_assert_eq!(&s.text, &text);
+            }
+        }
+    }
+}

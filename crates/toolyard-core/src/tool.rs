@@ -1,0 +1,238 @@
+//! The `Tool` trait, its typed form, and the context a call runs in.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::{ToolError, ToolResult};
+
+/// Hints a client may show or act on (MCP's tool annotations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Annotations {
+    /// The tool does not change its environment.
+    pub read_only: bool,
+    /// The tool may overwrite or delete (meaningful when not read-only).
+    pub destructive: bool,
+    /// Calling twice with the same arguments has no further effect.
+    pub idempotent: bool,
+    /// The tool reaches outside the workspace (the web, another model).
+    pub open_world: bool,
+}
+
+impl Annotations {
+    /// A tool that only looks.
+    pub const READ_ONLY: Self = Self {
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        open_world: false,
+    };
+    /// A tool that changes files in the workspace.
+    pub const MUTATING: Self = Self {
+        read_only: false,
+        destructive: true,
+        idempotent: false,
+        open_world: false,
+    };
+    /// A tool that runs arbitrary commands.
+    pub const COMMAND: Self = Self {
+        read_only: false,
+        destructive: true,
+        idempotent: false,
+        open_world: true,
+    };
+    /// A tool that reads from the outside world without changing anything here.
+    pub const WEB: Self = Self {
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        open_world: true,
+    };
+}
+
+/// A progress report from a long-running call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Work done so far (units chosen by the tool, increasing).
+    pub progress: f64,
+    /// Total work when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// A short human-readable note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Where a call sends its progress reports.
+pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
+
+/// Everything a call may know about where and how it runs.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The workspace root (absolute).
+    pub workspace_root: PathBuf,
+    /// The working directory for relative paths and commands (inside the workspace).
+    pub cwd: PathBuf,
+    /// The session this call belongs to (read tracking, journal).
+    pub session_id: String,
+    /// This call's id, unique within the session.
+    pub call_id: String,
+    /// Cancelled when the caller gives up on the call.
+    pub cancel: CancellationToken,
+    /// Where progress reports go.
+    pub progress: ProgressSink,
+    /// The call's time budget (from the catalog, or the call).
+    pub timeout: Duration,
+    /// The most output bytes the model should get.
+    pub max_output_bytes: usize,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("workspace_root", &self.workspace_root)
+            .field("cwd", &self.cwd)
+            .field("session_id", &self.session_id)
+            .field("call_id", &self.call_id)
+            .field("timeout", &self.timeout)
+            .field("max_output_bytes", &self.max_output_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolContext {
+    /// A context rooted at `workspace_root` with default limits and no progress sink.
+    pub fn new(workspace_root: impl Into<PathBuf>, session_id: impl Into<String>) -> Self {
+        let root = workspace_root.into();
+        Self {
+            cwd: root.clone(),
+            workspace_root: root,
+            session_id: session_id.into(),
+            call_id: "call-0".into(),
+            cancel: CancellationToken::new(),
+            progress: Arc::new(|_| {}),
+            timeout: Duration::from_secs(60),
+            max_output_bytes: 100_000,
+        }
+    }
+
+    /// Send a progress report.
+    pub fn report(&self, progress: f64, total: Option<f64>, message: impl Into<String>) {
+        (self.progress)(Progress {
+            progress,
+            total,
+            message: Some(message.into()),
+        });
+    }
+}
+
+/// A tool: a name, a description, a JSON Schema for its arguments, and an async invoke.
+///
+/// Implement [`TypedTool`] instead and wrap it in [`Typed`]: the schema is then derived from
+/// the argument struct and the arguments arrive parsed.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// The name a model calls it by.
+    fn name(&self) -> &str;
+    /// What it does, for the model.
+    fn description(&self) -> &str;
+    /// JSON Schema (draft 2020-12) of its arguments.
+    fn input_schema(&self) -> Value;
+    /// JSON Schema of its structured result (`ToolResult::data`), when it has one.
+    fn output_schema(&self) -> Option<Value> {
+        None
+    }
+    /// Behaviour hints.
+    fn annotations(&self) -> Annotations;
+    /// Run the call. An `Err` is a result the model reads, not a crash.
+    async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
+}
+
+/// A tool whose arguments are a typed struct; the schema is derived from it.
+#[async_trait]
+pub trait TypedTool: Send + Sync + 'static {
+    /// The argument struct (use `#[serde(deny_unknown_fields)]`).
+    type Args: DeserializeOwned + JsonSchema + Send;
+    /// The name a model calls it by.
+    fn name(&self) -> &str;
+    /// What it does, for the model.
+    fn description(&self) -> &str;
+    /// Behaviour hints.
+    fn annotations(&self) -> Annotations;
+    /// JSON Schema of the structured result, when it has one.
+    fn output_schema(&self) -> Option<Value> {
+        None
+    }
+    /// Run the call with parsed arguments.
+    async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
+}
+
+/// Adapts a [`TypedTool`] to [`Tool`].
+pub struct Typed<T>(pub T);
+
+#[async_trait]
+impl<T: TypedTool> Tool for Typed<T> {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn description(&self) -> &str {
+        self.0.description()
+    }
+    fn input_schema(&self) -> Value {
+        crate::schema::schema_of::<T::Args>()
+    }
+    fn output_schema(&self) -> Option<Value> {
+        self.0.output_schema()
+    }
+    fn annotations(&self) -> Annotations {
+        self.0.annotations()
+    }
+    async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let parsed = parse_args::<T::Args>(self.0.name(), args)?;
+        self.0.run(parsed, ctx).await
+    }
+}
+
+/// Parse a call's JSON arguments into `A`, with one clear line on failure
+/// (which field, what was expected, what came). `null` counts as `{}`.
+pub fn parse_args<A: DeserializeOwned>(tool: &str, args: Value) -> Result<A, ToolError> {
+    let args = if args.is_null() {
+        Value::Object(Default::default())
+    } else {
+        args
+    };
+    if !args.is_object() {
+        return Err(ToolError::InvalidArguments(format!(
+            "{tool}: arguments must be a JSON object, got {}",
+            type_name(&args)
+        )));
+    }
+    serde_path_to_error::deserialize::<_, A>(args).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let inner = inner.split(" at line ").next().unwrap_or(&inner).to_string();
+        if path == "." || path.is_empty() {
+            ToolError::InvalidArguments(format!("{tool}: {inner}"))
+        } else {
+            ToolError::InvalidArguments(format!("{tool}: argument `{path}`: {inner}"))
+        }
+    })
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,1 @@
+//! The command policy: decides on the parsed command (tree-sitter-bash), not on its text.
