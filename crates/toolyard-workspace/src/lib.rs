@@ -1,1 +1,17 @@
-//! toolyard-workspace
+//! # toolyard-workspace
+//!
+//! The workspace a model may touch, and nothing else: every path is resolved beneath the
+//! workspace root and opened with `openat2(RESOLVE_BENEATH)` (through `cap-std`), so `..`,
+//! absolute paths and symlinks cannot lead outside, not even when a symlink is swapped in while
+//! a call runs. Writes are atomic and keep the file's mode. Around that: the [`StateDir`] where
+//! Toolyard keeps its own files, the per-session read [`Ledger`], and the change [`Journal`].
+
+mod confine;
+mod hash;
+mod journal;
+mod ledger;
+mod state;
+
+pub use confine::{Expect, RelPath, WriteOutcome, Workspace};
+pub use hash::{ContentHash, hash_bytes, hash_reader};
+pub use state::StateDir;

@@ -1,0 +1,1 @@
+//! File tools: read_file, write_file, edit_file.

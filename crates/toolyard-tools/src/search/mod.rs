@@ -1,0 +1,1 @@
+//! Search tools: grep, glob, list_directory.

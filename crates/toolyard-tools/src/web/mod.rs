@@ -1,0 +1,1 @@
+//! Web tools: web_fetch, web_search.

@@ -1,0 +1,652 @@
+//! The confined workspace: path resolution beneath the root and race-free file access.
+
+use std::io::{self, Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, File, Metadata, OpenOptions, OpenOptionsExt, Permissions, PermissionsExt};
+use toolyard_core::ToolError;
+
+use crate::hash::{ContentHash, hash_reader};
+
+/// Symlink hops allowed while resolving one path (Linux's own limit is 40).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// A normalized path relative to the workspace root: `/`-separated, no `.` or `..`, no leading
+/// slash; the empty path is the root itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct RelPath(String);
+
+impl RelPath {
+    /// The workspace root.
+    pub fn root() -> Self {
+        Self(String::new())
+    }
+
+    /// The path as text (`.` for the root).
+    pub fn as_str(&self) -> &str {
+        if self.0.is_empty() { "." } else { &self.0 }
+    }
+
+    /// Whether this is the workspace root.
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The path for cap-std calls (`.` for the root).
+    pub fn as_path(&self) -> &Path {
+        Path::new(self.as_str())
+    }
+
+    /// The parent directory (the root's parent is the root).
+    pub fn parent(&self) -> RelPath {
+        match self.0.rfind('/') {
+            Some(i) => Self(self.0[..i].to_string()),
+            None => Self::root(),
+        }
+    }
+
+    /// The last component (empty for the root).
+    pub fn file_name(&self) -> &str {
+        match self.0.rfind('/') {
+            Some(i) => &self.0[i + 1..],
+            None => &self.0,
+        }
+    }
+
+    /// This path with `name` appended (one component).
+    pub fn join(&self, name: &str) -> RelPath {
+        if self.0.is_empty() {
+            Self(name.to_string())
+        } else {
+            Self(format!("{}/{name}", self.0))
+        }
+    }
+
+    fn components(&self) -> impl DoubleEndedIterator<Item = &str> {
+        self.0.split('/').filter(|c| !c.is_empty())
+    }
+
+    fn from_components(parts: &[String]) -> Self {
+        Self(parts.join("/"))
+    }
+}
+
+impl std::fmt::Display for RelPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a conditional write expects to find at the path (a compare-and-swap on content).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// Write whatever is there.
+    Any,
+    /// The file must not exist.
+    Missing,
+    /// The file must have this content hash.
+    Hash(ContentHash),
+}
+
+/// What an atomic write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// The path written (after following symlinks inside the workspace).
+    pub path: RelPath,
+    /// Whether the file was created (it did not exist before).
+    pub created: bool,
+    /// Bytes written.
+    pub bytes: u64,
+    /// The file's mode after the write (the previous mode when it existed).
+    pub mode: u32,
+}
+
+/// The workspace root, opened once; every access goes beneath it.
+#[derive(Debug)]
+pub struct Workspace {
+    root: PathBuf,
+    given_root: PathBuf,
+    dir: Dir,
+}
+
+impl Workspace {
+    /// Open the workspace at `root` (which must be an existing directory).
+    pub fn open(root: &Path) -> Result<Self, ToolError> {
+        let given_root = std::path::absolute(root).map_err(|e| io_err(e, root))?;
+        let canonical = root.canonicalize().map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                ToolError::FileNotFound(root.to_path_buf())
+            } else {
+                io_err(e, root)
+            }
+        })?;
+        if !canonical.is_dir() {
+            return Err(ToolError::InvalidArguments(format!(
+                "workspace {} is not a directory",
+                root.display()
+            )));
+        }
+        let dir = Dir::open_ambient_dir(&canonical, ambient_authority())
+            .map_err(|e| io_err(e, &canonical))?;
+        Ok(Self {
+            root: canonical,
+            given_root,
+            dir,
+        })
+    }
+
+    /// The workspace root (canonical, absolute).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The root directory handle, for callers that open beneath it themselves.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// Turn a path argument into a workspace-relative path, lexically: relative paths are taken
+    /// from `cwd` (an absolute directory inside the workspace), absolute ones must lie inside the
+    /// root. `..` may not climb above the root; NUL bytes are refused. Symlinks are not followed
+    /// here (see [`Workspace::resolve`]).
+    pub fn relative(&self, path: &str, cwd: &Path) -> Result<RelPath, ToolError> {
+        if path.contains('\0') {
+            return Err(ToolError::outside(
+                path.replace('\0', "\\0"),
+                "the path contains a NUL byte",
+            ));
+        }
+        if path.is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "the path is empty; give a path relative to the workspace root".into(),
+            ));
+        }
+        let p = Path::new(path);
+        let (base, rest) = if p.is_absolute() {
+            let inside = [&self.root, &self.given_root]
+                .into_iter()
+                .find_map(|r| p.strip_prefix(r).ok());
+            match inside {
+                Some(rest) => (RelPath::root(), rest.to_path_buf()),
+                None => {
+                    return Err(ToolError::outside(
+                        path,
+                        format!(
+                            "absolute paths must lie inside the workspace root {}",
+                            self.root.display()
+                        ),
+                    ));
+                }
+            }
+        } else {
+            let cwd_rel = self.cwd_relative(cwd)?;
+            (cwd_rel, p.to_path_buf())
+        };
+        let mut parts: Vec<String> = base.components().map(str::to_string).collect();
+        for c in rest.components() {
+            match c {
+                Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
+                Component::CurDir | Component::RootDir => {}
+                Component::ParentDir => {
+                    if parts.pop().is_none() {
+                        return Err(ToolError::outside(path, "`..` climbs above the workspace root"));
+                    }
+                }
+                Component::Prefix(_) => {
+                    return Err(ToolError::outside(path, "path prefixes are not supported"));
+                }
+            }
+        }
+        Ok(RelPath::from_components(&parts))
+    }
+
+    fn cwd_relative(&self, cwd: &Path) -> Result<RelPath, ToolError> {
+        if cwd.as_os_str().is_empty() {
+            return Ok(RelPath::root());
+        }
+        let rest = [&self.root, &self.given_root]
+            .into_iter()
+            .find_map(|r| cwd.strip_prefix(r).ok())
+            .ok_or_else(|| {
+                ToolError::outside(cwd, "the working directory is outside the workspace")
+            })?;
+        let parts: Vec<String> = rest
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+                _ => None,
+            })
+            .collect();
+        Ok(RelPath::from_components(&parts))
+    }
+
+    /// Resolve symlinks in `rel` beneath the root: relative link targets and absolute targets
+    /// inside the workspace are followed; anything leading outside is `PathOutsideWorkspace`.
+    /// The final component is followed only when `follow_final` is set. Missing components are
+    /// kept as they are (so a path to be created resolves too).
+    pub fn resolve(&self, rel: &RelPath, follow_final: bool) -> Result<RelPath, ToolError> {
+        let mut pending: Vec<String> = rel.components().rev().map(str::to_string).collect();
+        let mut done: Vec<String> = Vec::new();
+        let mut hops = 0;
+        while let Some(part) = pending.pop() {
+            if part == ".." {
+                if done.pop().is_none() {
+                    return Err(ToolError::outside(
+                        rel.as_str(),
+                        "a symlink on the path leads above the workspace root",
+                    ));
+                }
+                continue;
+            }
+            if part == "." || part.is_empty() {
+                continue;
+            }
+            done.push(part);
+            let here = RelPath::from_components(&done);
+            let is_final = pending.is_empty();
+            let meta = match self.dir.symlink_metadata(here.as_path()) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // Nothing more to follow: the rest is lexical.
+                    while let Some(p) = pending.pop() {
+                        match p.as_str() {
+                            ".." => {
+                                if done.pop().is_none() {
+                                    return Err(ToolError::outside(
+                                        rel.as_str(),
+                                        "`..` climbs above the workspace root",
+                                    ));
+                                }
+                            }
+                            "." | "" => {}
+                            _ => done.push(p),
+                        }
+                    }
+                    break;
+                }
+                Err(e) => return Err(self.map_err(e, &here)),
+            };
+            if !meta.file_type().is_symlink() || (is_final && !follow_final) {
+                continue;
+            }
+            hops += 1;
+            if hops > MAX_SYMLINK_HOPS {
+                return Err(ToolError::Io(format!(
+                    "{}: too many levels of symbolic links",
+                    rel.as_str()
+                )));
+            }
+            let target = self
+                .dir
+                .read_link_contents(here.as_path())
+                .map_err(|e| self.map_err(e, &here))?;
+            done.pop();
+            if target.is_absolute() {
+                let inside = [&self.root, &self.given_root]
+                    .into_iter()
+                    .find_map(|r| target.strip_prefix(r).ok().map(Path::to_path_buf));
+                match inside {
+                    Some(rest) => {
+                        done.clear();
+                        push_reversed(&mut pending, &rest);
+                    }
+                    None => {
+                        return Err(ToolError::outside(
+                            rel.as_str(),
+                            format!(
+                                "symlink {} points outside the workspace, to {}",
+                                here,
+                                target.display()
+                            ),
+                        ));
+                    }
+                }
+            } else {
+                push_reversed(&mut pending, &target);
+            }
+        }
+        Ok(RelPath::from_components(&done))
+    }
+
+    /// Parse and resolve a path argument in one step (following a final symlink).
+    pub fn locate(&self, path: &str, cwd: &Path) -> Result<RelPath, ToolError> {
+        let rel = self.relative(path, cwd)?;
+        self.resolve(&rel, true)
+    }
+
+    /// The absolute path of a resolved workspace path, for walkers that take a `Path`.
+    pub fn absolute(&self, rel: &RelPath) -> PathBuf {
+        if rel.is_root() {
+            self.root.clone()
+        } else {
+            self.root.join(rel.as_str())
+        }
+    }
+
+    /// Metadata of `rel` (following symlinks beneath the root), or `None` when it does not exist.
+    pub fn metadata(&self, rel: &RelPath) -> Result<Option<Metadata>, ToolError> {
+        match self.dir.metadata(rel.as_path()) {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.map_err(e, rel)),
+        }
+    }
+
+    /// Open `rel` for reading, beneath the root.
+    pub fn open_file(&self, rel: &RelPath) -> Result<File, ToolError> {
+        let file = self.dir.open(rel.as_path()).map_err(|e| self.map_err(e, rel))?;
+        let meta = file.metadata().map_err(|e| self.map_err(e, rel))?;
+        if meta.is_dir() {
+            return Err(ToolError::InvalidArguments(format!(
+                "{rel} is a directory, not a file; use list_directory or glob to see what it holds"
+            )));
+        }
+        Ok(file)
+    }
+
+    /// Read all of `rel`.
+    pub fn read(&self, rel: &RelPath) -> Result<Vec<u8>, ToolError> {
+        let mut file = self.open_file(rel)?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf).map_err(|e| self.map_err(e, rel))?;
+        Ok(buf)
+    }
+
+    /// The content hash of `rel`, or `None` when it does not exist.
+    pub fn hash_of(&self, rel: &RelPath) -> Result<Option<ContentHash>, ToolError> {
+        match self.dir.open(rel.as_path()) {
+            Ok(f) => hash_reader(f).map(Some).map_err(|e| self.map_err(e, rel)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.map_err(e, rel)),
+        }
+    }
+
+    /// Write `bytes` to `path` atomically: a temp file in the same directory, fsync, rename over
+    /// the target, fsync of the directory. A symlink inside the workspace is written through; the
+    /// file's mode is kept; parent directories are created. `expect` is checked just before the
+    /// rename, under the same directory handle.
+    pub fn write_atomic(
+        &self,
+        rel: &RelPath,
+        bytes: &[u8],
+        expect: &Expect,
+    ) -> Result<WriteOutcome, ToolError> {
+        self.write_atomic_from(rel, &mut &bytes[..], expect, None)
+    }
+
+    /// Like [`Workspace::write_atomic`], streaming the content from `reader`; `mode` overrides
+    /// the mode the file ends with.
+    pub fn write_atomic_from(
+        &self,
+        rel: &RelPath,
+        reader: &mut dyn Read,
+        expect: &Expect,
+        mode: Option<u32>,
+    ) -> Result<WriteOutcome, ToolError> {
+        let target = self.resolve(rel, true)?;
+        if target.is_root() {
+            return Err(ToolError::InvalidArguments(
+                "cannot write to the workspace root; give a file path".into(),
+            ));
+        }
+        let parent = target.parent();
+        let name = target.file_name().to_string();
+        if !parent.is_root() {
+            self.dir
+                .create_dir_all(parent.as_path())
+                .map_err(|e| self.map_err(e, &parent))?;
+        }
+        let parent_dir = self.open_dir(&parent)?;
+        let previous = match parent_dir.symlink_metadata(&name) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(self.map_err(e, &target)),
+        };
+        if let Some(m) = &previous {
+            if m.is_dir() {
+                return Err(ToolError::InvalidArguments(format!(
+                    "{target} is a directory; give a file path"
+                )));
+            }
+            if m.file_type().is_symlink() {
+                // A symlink that resolve() could not follow further: it points outside.
+                return Err(ToolError::outside(
+                    rel.as_str(),
+                    format!("{target} is a symlink that leads outside the workspace"),
+                ));
+            }
+        }
+        let mode = mode
+            .or_else(|| previous.as_ref().map(|m| m.permissions().mode() & 0o7777))
+            .unwrap_or(0o644);
+
+        let tmp_name = format!(".{name}.toolyard-{}.tmp", unique_suffix());
+        let mut opts = OpenOptions::new();
+        opts.write(true).create_new(true).mode(mode);
+        let mut tmp = parent_dir
+            .open_with(&tmp_name, &opts)
+            .map_err(|e| self.map_err(e, &target))?;
+        let result = (|| -> io::Result<u64> {
+            let n = io::copy(reader, &mut tmp)?;
+            tmp.flush()?;
+            // The umask may have narrowed the mode at creation; set it exactly.
+            tmp.set_permissions(Permissions::from_mode(mode))?;
+            tmp.sync_all()?;
+            Ok(n)
+        })();
+        let written = match result {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = parent_dir.remove_file(&tmp_name);
+                return Err(self.map_err(e, &target));
+            }
+        };
+        if let Err(e) = self.check_expect(&parent_dir, &name, &target, expect) {
+            let _ = parent_dir.remove_file(&tmp_name);
+            return Err(e);
+        }
+        if let Err(e) = parent_dir.rename(&tmp_name, &parent_dir, &name) {
+            let _ = parent_dir.remove_file(&tmp_name);
+            return Err(self.map_err(e, &target));
+        }
+        sync_dir(&parent_dir).map_err(|e| self.map_err(e, &parent))?;
+        Ok(WriteOutcome {
+            path: target,
+            created: previous.is_none(),
+            bytes: written,
+            mode,
+        })
+    }
+
+    fn check_expect(
+        &self,
+        parent_dir: &Dir,
+        name: &str,
+        target: &RelPath,
+        expect: &Expect,
+    ) -> Result<(), ToolError> {
+        let current = match parent_dir.open(name) {
+            Ok(f) => Some(hash_reader(f).map_err(|e| self.map_err(e, target))?),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(self.map_err(e, target)),
+        };
+        let ok = match (expect, &current) {
+            (Expect::Any, _) => true,
+            (Expect::Missing, None) => true,
+            (Expect::Hash(h), Some(c)) => h == c,
+            _ => false,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(ToolError::StaleRead {
+                path: target.to_string(),
+            })
+        }
+    }
+
+    /// Remove the file `rel` (not a directory), durably.
+    pub fn remove_file(&self, rel: &RelPath) -> Result<(), ToolError> {
+        let target = self.resolve(rel, false)?;
+        let parent_dir = self.open_dir(&target.parent())?;
+        parent_dir
+            .remove_file(target.file_name())
+            .map_err(|e| self.map_err(e, &target))?;
+        sync_dir(&parent_dir).map_err(|e| self.map_err(e, &target))
+    }
+
+    /// Open the directory `rel` beneath the root.
+    pub fn open_dir(&self, rel: &RelPath) -> Result<Dir, ToolError> {
+        if rel.is_root() {
+            return self.dir.try_clone().map_err(|e| self.map_err(e, rel));
+        }
+        self.dir
+            .open_dir(rel.as_path())
+            .map_err(|e| self.map_err(e, rel))
+    }
+
+    /// Map an I/O error on `rel` to the `ToolError` a model can act on.
+    pub fn map_err(&self, e: io::Error, rel: &RelPath) -> ToolError {
+        if is_escape(&e) {
+            return ToolError::outside(rel.as_str(), "it resolves outside the workspace");
+        }
+        match e.kind() {
+            io::ErrorKind::NotFound => ToolError::FileNotFound(PathBuf::from(rel.as_str())),
+            io::ErrorKind::PermissionDenied => {
+                ToolError::Io(format!("{rel}: permission denied"))
+            }
+            _ => ToolError::Io(format!("{rel}: {e}")),
+        }
+    }
+}
+
+/// Whether cap-std refused because the path led outside the root.
+fn is_escape(e: &io::Error) -> bool {
+    let msg = e.to_string();
+    msg.contains("outside of the filesystem") || msg.contains("escape")
+}
+
+fn io_err(e: io::Error, path: &Path) -> ToolError {
+    ToolError::Io(format!("{}: {e}", path.display()))
+}
+
+fn push_reversed(pending: &mut Vec<String>, target: &Path) {
+    let parts: Vec<String> = target
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+            Component::ParentDir => Some("..".to_string()),
+            _ => None,
+        })
+        .collect();
+    pending.extend(parts.into_iter().rev());
+}
+
+fn sync_dir(dir: &Dir) -> io::Result<()> {
+    dir.open(".")?.sync_all()
+}
+
+fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}-{n}-{nanos:x}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
+
+    fn ws() -> (tempfile::TempDir, Workspace) {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("ws")).unwrap();
+        let w = Workspace::open(&t.path().join("ws")).unwrap();
+        (t, w)
+    }
+
+    #[test]
+    fn relative_paths_normalize_inside() {
+        let (_t, w) = ws();
+        let root = w.root().to_path_buf();
+        assert_eq!(w.relative("a/./b/../c", &root).unwrap().as_str(), "a/c");
+        assert_eq!(w.relative(".", &root).unwrap().as_str(), ".");
+        assert_eq!(
+            w.relative(root.join("x/y").to_str().unwrap(), &root)
+                .unwrap()
+                .as_str(),
+            "x/y"
+        );
+        assert_eq!(w.relative("z", &root.join("sub")).unwrap().as_str(), "sub/z");
+    }
+
+    #[test]
+    fn escapes_are_refused() {
+        let (_t, w) = ws();
+        let root = w.root().to_path_buf();
+        for bad in ["..", "../x", "a/../../x", "/etc/passwd", "a\0b"] {
+            let e = w.relative(bad, &root).unwrap_err();
+            assert_eq!(e.kind(), "path_outside_workspace", "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn symlink_inside_works_and_outside_is_refused() {
+        let (t, w) = ws();
+        let root = w.root().to_path_buf();
+        std::fs::write(root.join("real.txt"), "hi").unwrap();
+        std::fs::write(t.path().join("secret"), "s").unwrap();
+        symlink("real.txt", root.join("rel-link")).unwrap();
+        symlink(root.join("real.txt"), root.join("abs-link")).unwrap();
+        symlink(t.path().join("secret"), root.join("out-link")).unwrap();
+        symlink("../secret", root.join("dotdot-link")).unwrap();
+        for ok in ["rel-link", "abs-link"] {
+            let rel = w.locate(ok, &root).unwrap();
+            assert_eq!(w.read(&rel).unwrap(), b"hi");
+        }
+        for bad in ["out-link", "dotdot-link"] {
+            let e = w.locate(bad, &root).unwrap_err();
+            assert_eq!(e.kind(), "path_outside_workspace", "{bad}: {e}");
+            let e = w
+                .read(&w.relative(bad, &root).unwrap())
+                .unwrap_err();
+            assert_eq!(e.kind(), "path_outside_workspace", "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn atomic_write_keeps_mode_and_checks_expectation() {
+        let (_t, w) = ws();
+        let root = w.root().to_path_buf();
+        let rel = w.locate("dir/f.sh", &root).unwrap();
+        let out = w.write_atomic(&rel, b"one", &Expect::Missing).unwrap();
+        assert!(out.created);
+        std::fs::set_permissions(root.join("dir/f.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let h = w.hash_of(&rel).unwrap().unwrap();
+        w.write_atomic(&rel, b"two", &Expect::Hash(h.clone())).unwrap();
+        let mode = std::fs::metadata(root.join("dir/f.sh")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o755);
+        let e = w.write_atomic(&rel, b"three", &Expect::Hash(h)).unwrap_err();
+        assert_eq!(e.kind(), "stale_read");
+        assert_eq!(std::fs::read(root.join("dir/f.sh")).unwrap(), b"two");
+        let leftovers: Vec<_> = std::fs::read_dir(root.join("dir")).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temp files left behind");
+    }
+
+    #[test]
+    fn dangling_symlink_to_outside_is_refused_on_write() {
+        let (t, w) = ws();
+        let root = w.root().to_path_buf();
+        symlink(t.path().join("new-outside"), root.join("dangling")).unwrap();
+        let rel = w.relative("dangling", &root).unwrap();
+        let e = w.write_atomic(&rel, b"x", &Expect::Any).unwrap_err();
+        assert_eq!(e.kind(), "path_outside_workspace");
+        assert!(!t.path().join("new-outside").exists());
+    }
+}
