@@ -207,10 +207,11 @@ impl Catalog {
             origin: origin.to_string(),
             message,
         };
-        let base: CatalogFile = toml::from_str(DEFAULT_CATALOG).map_err(|e| CatalogError::Invalid {
-            origin: "built-in".into(),
-            message: e.to_string(),
-        })?;
+        let base: CatalogFile =
+            toml::from_str(DEFAULT_CATALOG).map_err(|e| CatalogError::Invalid {
+                origin: "built-in".into(),
+                message: e.to_string(),
+            })?;
         let mut file: CatalogFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
         let sections = file.take_sections();
 
@@ -365,12 +366,12 @@ impl Catalog {
     pub fn section<T: DeserializeOwned + Default>(&self, name: &str) -> Result<T, CatalogError> {
         match self.sections.get(name) {
             None => Ok(T::default()),
-            Some((value, where_)) => T::deserialize(value.clone()).map_err(|e| {
-                CatalogError::Invalid {
+            Some((value, where_)) => {
+                T::deserialize(value.clone()).map_err(|e| CatalogError::Invalid {
                     origin: self.origin.clone(),
                     message: format!("{where_}[{name}]: {e}"),
-                }
-            }),
+                })
+            }
         }
     }
 }
@@ -383,11 +384,14 @@ fn line_prefix(text: &str, key: &str) -> String {
 }
 
 fn line_of(text: &str, key: &str) -> Option<usize> {
-    text.lines().position(|l| {
-        let l = l.trim();
-        l == format!("[{key}]") || l.starts_with(&format!("[{key}.")) || l.starts_with(&format!("{key} ="))
-    })
-    .map(|i| i + 1)
+    text.lines()
+        .position(|l| {
+            let l = l.trim();
+            l == format!("[{key}]")
+                || l.starts_with(&format!("[{key}."))
+                || l.starts_with(&format!("{key} ="))
+        })
+        .map(|i| i + 1)
 }
 
 #[cfg(test)]
@@ -405,7 +409,11 @@ mod tests {
         assert_eq!(c.tool("build").unwrap().lane, Lane::Heavy);
         assert_eq!(c.tool("build").unwrap().max_output_bytes, 1_000_000);
         assert_eq!(c.profile("plan").unwrap().len(), 6);
-        assert!(!c.profile("plan").unwrap().contains(&"run_command".to_string()));
+        assert!(
+            !c.profile("plan")
+                .unwrap()
+                .contains(&"run_command".to_string())
+        );
         assert!(c.profile("code").unwrap().contains(&"build".to_string()));
         assert_eq!(c.profile("all").unwrap().len(), c.tools().len());
     }
@@ -452,18 +460,26 @@ mod tests {
 
     #[test]
     fn profile_with_unknown_tool_is_an_error() {
-        let err = Catalog::parse_over_builtin("[profiles.mine]\ntools = [\"read_file\", \"nope\"]\n", "c.toml")
-            .unwrap_err()
-            .to_string();
+        let err = Catalog::parse_over_builtin(
+            "[profiles.mine]\ntools = [\"read_file\", \"nope\"]\n",
+            "c.toml",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("line 1"), "{err}");
         assert!(err.contains("nope"), "{err}");
     }
 
     #[test]
     fn profiles_are_overridable() {
-        let c = Catalog::parse_over_builtin("[profiles.plan]\ntools = [\"read_file\"]\n", "c.toml").unwrap();
+        let c = Catalog::parse_over_builtin("[profiles.plan]\ntools = [\"read_file\"]\n", "c.toml")
+            .unwrap();
         assert_eq!(c.profile("plan").unwrap(), vec!["read_file".to_string()]);
-        assert!(c.profile("nope").unwrap_err().contains("available profiles"));
+        assert!(
+            c.profile("nope")
+                .unwrap_err()
+                .contains("available profiles")
+        );
     }
 
     #[test]

@@ -88,8 +88,10 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Where progress reports go.
     pub progress: ProgressSink,
-    /// The call's time budget (from the catalog, or the call).
+    /// The call's default time budget (the catalog's `timeout_ms`).
     pub timeout: Duration,
+    /// The most a call may ask for with its own timeout argument (`max_timeout_ms`).
+    pub max_timeout: Duration,
     /// The most output bytes the model should get.
     pub max_output_bytes: usize,
 }
@@ -119,8 +121,17 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             progress: Arc::new(|_| {}),
             timeout: Duration::from_secs(60),
+            max_timeout: Duration::from_secs(600),
             max_output_bytes: 100_000,
         }
+    }
+
+    /// The time budget for a call that asked for `requested_ms` (clamped to the ceiling).
+    pub fn budget(&self, requested_ms: Option<u64>) -> Duration {
+        requested_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.timeout)
+            .min(self.max_timeout)
     }
 
     /// Send a progress report.
@@ -217,7 +228,11 @@ pub fn parse_args<A: DeserializeOwned>(tool: &str, args: Value) -> Result<A, Too
     serde_path_to_error::deserialize::<_, A>(args).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
-        let inner = inner.split(" at line ").next().unwrap_or(&inner).to_string();
+        let inner = inner
+            .split(" at line ")
+            .next()
+            .unwrap_or(&inner)
+            .to_string();
         if path == "." || path.is_empty() {
             ToolError::InvalidArguments(format!("{tool}: {inner}"))
         } else {

@@ -173,7 +173,13 @@ mod tests {
         ] {
             assert!(p.is_scrubbed(secret), "{secret}");
         }
-        for plain in ["PATH", "HOME", "LANG", "CARGO_HOME", "TOKENIZERS_PARALLELISM"] {
+        for plain in [
+            "PATH",
+            "HOME",
+            "LANG",
+            "CARGO_HOME",
+            "TOKENIZERS_PARALLELISM",
+        ] {
             assert!(!p.is_scrubbed(plain), "{plain}");
         }
     }

@@ -3,5 +3,28 @@
 //! Processes for Toolyard: run a command in the workspace with a timeout that kills the whole
 //! process tree, bounded head-and-tail capture, lane sandboxes (Landlock, seccomp, namespaces,
 //! rlimits), and the command policy that refuses obviously destructive commands.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), toolyard_core::ToolError> {
+//! use std::time::Duration;
+//! use toolyard_exec::exec::{ExecRequest, run};
+//!
+//! let mut req = ExecRequest::new("cargo build 2>&1 | tail -n 5", "/work/project");
+//! req.timeout = Duration::from_secs(300);
+//! let outcome = run(req).await?;
+//! println!("{}", outcome.model_text());
+//! # Ok(()) }
+//! ```
+//!
+//! A runner process applies its lane's sandbox once, in `main`, before any thread starts:
+//! see [`sandbox::apply`].
 
+pub mod env;
+pub mod exec;
 pub mod policy;
+pub mod sandbox;
+mod tree;
+
+pub use env::{EnvPolicy, ExecConfig};
+pub use exec::{ExecOutcome, ExecProgress, ExecRequest, run};
+pub use tree::{FORCE_MECHANISM_ENV, tree_kill_mechanism};

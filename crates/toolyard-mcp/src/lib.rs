@@ -1,1 +1,606 @@
-//! toolyard-mcp
+//! # toolyard-mcp
+//!
+//! Toolyard's MCP front door: every tool of a [`Dispatcher`] served over the Model Context
+//! Protocol, on stdio ([`serve_stdio`]) or streamable HTTP ([`serve_http`]), built on `rmcp`.
+//!
+//! The server knows nothing of tools itself. `tools/list` is the dispatcher's definitions
+//! (sorted, with annotations and output schemas); `tools/call` is [`Dispatcher::call`], so every
+//! call passes the same dialect, profile, lanes, sandbox, read ledger and journal as the CLI.
+//!
+//! - **Sessions**: each MCP connection is its own read-tracking session (a fresh uuid per stdio
+//!   connection and per HTTP session), so a read in one client never licenses an edit in another.
+//! - **Results**: the model-facing text is one text content block; `structuredContent` is the
+//!   tool's `data` when the tool declares an output schema (so it validates against it), and the
+//!   ToolResult's JSON form without `output` otherwise. A tool failure is a result with
+//!   `isError: true`, never a JSON-RPC error.
+//! - **Progress and cancellation**: with a `progressToken`, the dispatcher's progress reports
+//!   become `notifications/progress`; `notifications/cancelled` cancels the call's token, which
+//!   kills the command's process tree in its runner.
+//! - **Protocol eras**: both the `initialize` era (2024-11-05 … 2025-11-25) and the
+//!   per-request-metadata era (2026-07-28) that rmcp speaks.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), toolyard_mcp::ServeError> {
+//! use std::sync::Arc;
+//! use toolyard_runner::{Dispatcher, DispatcherConfig};
+//!
+//! let dispatcher = Dispatcher::new(DispatcherConfig::new(".")).expect("workspace");
+//! toolyard_mcp::serve_stdio(Arc::new(dispatcher)).await?;
+//! # Ok(()) }
+//! ```
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use toolyard_core::{Progress, ProgressSink, ToolDefinition, ToolResult};
+use toolyard_runner::{CallRequest, Dispatcher};
+
+#[cfg(feature = "conformance")]
+mod fixtures;
+
+/// The protocol versions this server speaks, oldest first (every one rmcp knows).
+pub const PROTOCOL_VERSIONS: &[ProtocolVersion] = ProtocolVersion::KNOWN_VERSIONS;
+
+/// Why the server could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The transport failed (binding the address, reading stdin, ...).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The MCP handshake over stdio failed.
+    #[error("the MCP session could not start: {0}")]
+    Init(String),
+    /// The server task ended by panicking.
+    #[error("the MCP server task failed: {0}")]
+    Task(String),
+}
+
+/// What every connection of one server shares: the dispatcher and the tool list, built once.
+struct Shared {
+    dispatcher: Arc<Dispatcher>,
+    /// `tools/list`, in the dispatcher's (sorted) order; built once so it is deterministic and cheap.
+    tools: Arc<Vec<Tool>>,
+    /// Tools that declare an output schema: their `structuredContent` is their `data`.
+    with_output_schema: HashSet<String>,
+    /// Whether this server is reached over HTTP (sessions are then keyed by the HTTP session).
+    http: bool,
+    /// Serve the conformance suite's fixtures too (only with the `conformance` feature).
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
+    fixtures: bool,
+}
+
+impl Shared {
+    fn new(dispatcher: Arc<Dispatcher>, http: bool) -> Self {
+        let defs = dispatcher.definitions();
+        let with_output_schema = defs
+            .iter()
+            .filter(|d| d.output_schema.is_some())
+            .map(|d| d.name.clone())
+            .collect();
+        let tools = defs.iter().filter_map(mcp_tool).collect();
+        Self {
+            dispatcher,
+            tools: Arc::new(tools),
+            with_output_schema,
+            http,
+            fixtures: fixtures_enabled(),
+        }
+    }
+}
+
+#[cfg(feature = "conformance")]
+fn fixtures_enabled() -> bool {
+    std::env::var("TOOLYARD_MCP_CONFORMANCE").is_ok_and(|v| v == "1")
+}
+
+#[cfg(not(feature = "conformance"))]
+fn fixtures_enabled() -> bool {
+    false
+}
+
+/// A definition in rmcp's form (via the MCP JSON core already exports, so the two cannot drift).
+fn mcp_tool(def: &ToolDefinition) -> Option<Tool> {
+    match serde_json::from_value::<Tool>(def.to_mcp()) {
+        Ok(tool) => Some(tool),
+        Err(e) => {
+            // A definition that does not fit MCP is a bug in that tool; serve the others.
+            tracing::error!(tool = %def.name, error = %e, "tool definition is not valid MCP; not served");
+            None
+        }
+    }
+}
+
+/// One MCP connection (stdio) or HTTP session: the server state plus its own session id.
+#[derive(Clone)]
+pub struct ToolyardServer {
+    shared: Arc<Shared>,
+    /// The read-tracking session of this connection.
+    session: String,
+    /// Per-connection state (the conformance fixtures' log level and subscriptions).
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
+    state: Arc<ConnState>,
+}
+
+/// Per-connection state the conformance fixtures need (log level, subscriptions).
+#[derive(Default)]
+struct ConnState {
+    #[cfg(feature = "conformance")]
+    fixtures: fixtures::FixtureState,
+}
+
+impl ToolyardServer {
+    /// A server for one stdio connection over `dispatcher`.
+    pub fn new(dispatcher: Arc<Dispatcher>) -> Self {
+        Self::with_shared(Arc::new(Shared::new(dispatcher, false)))
+    }
+
+    fn with_shared(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            session: format!("mcp-{}", uuid::Uuid::new_v4()),
+            state: Arc::default(),
+        }
+    }
+
+    /// The read-tracking session id of this connection.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// The session a call belongs to. Over stdio and legacy HTTP sessions it is this connection's
+    /// own id. A 2026-07-28 HTTP request has no session at all (every request gets a fresh
+    /// handler), so its reads are tracked per client name instead: without that, a read could
+    /// never license the edit that follows it.
+    fn session_for(&self, ctx: &RequestContext<RoleServer>) -> String {
+        if !self.shared.http {
+            return self.session.clone();
+        }
+        let header = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok());
+        if let Some(id) = header {
+            return format!("mcp-http-{id}");
+        }
+        // No session header: a stateless (2026-07-28) request.
+        let client = ctx
+            .client_info()
+            .map(|c| c.name)
+            .unwrap_or_else(|| "anonymous".into());
+        format!("mcp-http-stateless-{client}")
+    }
+
+    async fn call_dispatcher(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let session = self.session_for(&ctx);
+        let tool = request.name.to_string();
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let token = ctx.meta.get_progress_token();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
+        let progress: Option<ProgressSink> = token.as_ref().map(|_| {
+            let sink: ProgressSink = Arc::new(move |p| {
+                // The receiver lives until the call's result is sent; a late report is moot.
+                let _ = tx.send(p);
+            });
+            sink
+        });
+        let call = CallRequest {
+            session,
+            tool: tool.clone(),
+            args,
+            // rmcp cancels this token on `notifications/cancelled` and when the connection closes.
+            cancel: ctx.ct.clone(),
+            progress,
+        };
+        let dispatcher = self.shared.dispatcher.clone();
+        // A task of its own: the call finishes (and its cancellation reaches the runner) even if
+        // this future were dropped.
+        let mut handle = tokio::spawn(async move { dispatcher.call(call).await });
+        let result = loop {
+            tokio::select! {
+                biased;
+                joined = &mut handle => break joined,
+                Some(p) = rx.recv(), if token.is_some() => {
+                    if let Some(t) = &token {
+                        send_progress(&ctx, t, p).await;
+                    }
+                }
+            }
+        };
+        // Reports queued just before the result go out before it, in order.
+        if let Some(t) = &token {
+            while let Ok(p) = rx.try_recv() {
+                send_progress(&ctx, t, p).await;
+            }
+        }
+        let result = result.unwrap_or_else(|e| {
+            ToolResult::failure("internal", format!("the call of `{tool}` failed: {e}"))
+        });
+        to_call_result(result, self.shared.with_output_schema.contains(&tool))
+    }
+}
+
+async fn send_progress(ctx: &RequestContext<RoleServer>, token: &ProgressToken, p: Progress) {
+    let mut param = ProgressNotificationParam::new(token.clone(), p.progress);
+    param.total = p.total;
+    param.message = p.message;
+    if let Err(e) = ctx.peer.notify_progress(param).await {
+        tracing::debug!(error = %e, "progress notification not delivered");
+    }
+}
+
+/// The MCP form of a ToolResult (see the crate docs for the `structuredContent` rule).
+pub fn to_call_result(result: ToolResult, has_output_schema: bool) -> CallToolResult {
+    let mut out = CallToolResult::success(vec![ContentBlock::text(result.output.clone())]);
+    out.is_error = Some(!result.success);
+    out.structured_content = if has_output_schema {
+        // The declared schema describes `data`; an error result carries none, and a client
+        // validates structured content only on success.
+        match (result.success, result.data) {
+            (true, Some(data)) => Some(data),
+            (true, None) => Some(Value::Object(Map::new())),
+            (false, _) => None,
+        }
+    } else {
+        Some(envelope(result))
+    };
+    out
+}
+
+/// The ToolResult's JSON form without `output`, which the text block already carries (sending
+/// it twice would double every read's size on the wire).
+fn envelope(result: ToolResult) -> Value {
+    let mut map = Map::new();
+    map.insert("success".into(), Value::Bool(result.success));
+    if let Some(data) = result.data {
+        map.insert("data".into(), data);
+    }
+    map.insert(
+        "files_changed".into(),
+        Value::Array(
+            result
+                .files_changed
+                .into_iter()
+                .map(Value::String)
+                .collect(),
+        ),
+    );
+    if let Some(e) = result.error {
+        map.insert("error".into(), Value::String(e));
+    }
+    if let Some(k) = result.error_kind {
+        map.insert("error_kind".into(), Value::String(k));
+    }
+    Value::Object(map)
+}
+
+impl ServerHandler for ToolyardServer {
+    fn get_info(&self) -> ServerConfig {
+        #[cfg(feature = "conformance")]
+        if self.shared.fixtures {
+            return fixtures::server_info();
+        }
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("toolyard", env!("CARGO_PKG_VERSION")))
+            .with_instructions(format!(
+                "Toolyard: confined, sandboxed coding tools for the workspace {} (dialect {}, profile {}). \
+                 Read a file before you edit or overwrite it.",
+                self.shared.dispatcher.config().workspace.display(),
+                self.shared.dispatcher.config().dialect,
+                self.shared.dispatcher.config().profile,
+            ))
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(PROTOCOL_VERSIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        #[cfg(feature = "conformance")]
+        if self.shared.fixtures {
+            let mut tools = self.shared.tools.as_ref().clone();
+            tools.extend(fixtures::tools());
+            return Ok(ListToolsResult::with_all_items(tools));
+        }
+        Ok(ListToolsResult::with_all_items(
+            self.shared.tools.as_ref().clone(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        #[cfg(feature = "conformance")]
+        if self.shared.fixtures && fixtures::is_fixture_tool(&request.name) {
+            return fixtures::call_tool(&self.state.fixtures, request, ctx)
+                .await
+                .map(Into::into);
+        }
+        // An unknown tool is a result the model can read too (it lists the tools that exist):
+        // the dispatcher answers it like any other failure.
+        Ok(self.call_dispatcher(request, ctx).await.into())
+    }
+
+    #[cfg(feature = "conformance")]
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        let _ = (request, ctx);
+        Ok(fixtures::list_resources(self.shared.fixtures))
+    }
+
+    #[cfg(feature = "conformance")]
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        let _ = (request, ctx);
+        Ok(fixtures::list_resource_templates(self.shared.fixtures))
+    }
+
+    #[cfg(feature = "conformance")]
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        let _ = ctx;
+        fixtures::read_resource(self.shared.fixtures, request)
+    }
+
+    #[cfg(feature = "conformance")]
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let _ = ctx;
+        fixtures::subscribe(&self.state.fixtures, request, true).await
+    }
+
+    #[cfg(feature = "conformance")]
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let _ = ctx;
+        fixtures::subscribe(
+            &self.state.fixtures,
+            rmcp::model::SubscribeRequestParams::new(request.uri),
+            false,
+        )
+        .await
+    }
+
+    #[cfg(feature = "conformance")]
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        let _ = (request, ctx);
+        Ok(fixtures::list_prompts(self.shared.fixtures))
+    }
+
+    #[cfg(feature = "conformance")]
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        let _ = ctx;
+        fixtures::get_prompt(self.shared.fixtures, request)
+    }
+
+    #[cfg(feature = "conformance")]
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let _ = ctx;
+        fixtures::set_level(&self.state.fixtures, request).await
+    }
+
+    #[cfg(feature = "conformance")]
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        let _ = ctx;
+        fixtures::complete(request)
+    }
+}
+
+/// Serve `dispatcher` over stdin/stdout until the client closes the connection.
+///
+/// stdout is the transport: nothing else may write to it while this runs.
+pub async fn serve_stdio(dispatcher: Arc<Dispatcher>) -> Result<(), ServeError> {
+    let server = ToolyardServer::new(dispatcher);
+    tracing::info!(session = %server.session(), "serving MCP over stdio");
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| ServeError::Init(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| ServeError::Task(e.to_string()))?;
+    Ok(())
+}
+
+/// A streamable HTTP server bound to its address, not yet serving.
+pub struct HttpServer {
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    shutdown: CancellationToken,
+}
+
+impl HttpServer {
+    /// Bind `addr` (port 0 picks a free port) and prepare the MCP endpoint at `/mcp`.
+    pub async fn bind(dispatcher: Arc<Dispatcher>, addr: &str) -> Result<Self, ServeError> {
+        use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+        use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Io {
+                context: format!("cannot listen on {addr}"),
+                source,
+            })?;
+        let shutdown = CancellationToken::new();
+        let shared = Arc::new(Shared::new(dispatcher, true));
+        // Host validation stays on (loopback names only): it is what stops DNS rebinding from a
+        // web page reaching a server that can run commands.
+        let mut config =
+            StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
+        if let Ok(local) = listener.local_addr() {
+            let port = local.port();
+            let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]
+                .iter()
+                .map(|h| h.to_string())
+                .collect();
+            hosts.extend(hosts.clone().into_iter().map(|h| format!("{h}:{port}")));
+            if !local.ip().is_loopback() && !local.ip().is_unspecified() {
+                hosts.push(local.ip().to_string());
+                hosts.push(local.to_string());
+            }
+            config = config.with_allowed_hosts(hosts);
+        }
+        let service = StreamableHttpService::new(
+            move || Ok(ToolyardServer::with_shared(shared.clone())),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        let router = axum::Router::new().nest_service("/mcp", service);
+        Ok(Self {
+            listener,
+            router,
+            shutdown,
+        })
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> Result<SocketAddr, ServeError> {
+        self.listener.local_addr().map_err(|source| ServeError::Io {
+            context: "cannot read the bound address".into(),
+            source,
+        })
+    }
+
+    /// A token that stops the server when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Serve until the shutdown token is cancelled.
+    pub async fn run(self) -> Result<(), ServeError> {
+        let token = self.shutdown.clone();
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(async move { token.cancelled().await })
+            .await
+            .map_err(|source| ServeError::Io {
+                context: "the HTTP server failed".into(),
+                source,
+            })
+    }
+}
+
+/// Serve `dispatcher` over streamable HTTP at `http://ADDR/mcp` until `shutdown` is cancelled.
+pub async fn serve_http(
+    dispatcher: Arc<Dispatcher>,
+    addr: &str,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let server = HttpServer::bind(dispatcher, addr).await?;
+    let token = server.shutdown_token();
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        token.cancel();
+    });
+    server.run().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn structured_content_is_data_when_the_tool_declares_an_output_schema() {
+        let r = ToolResult::ok("text").with_data(json!({"n": 1}));
+        let out = to_call_result(r, true);
+        assert_eq!(out.structured_content, Some(json!({"n": 1})));
+        assert_eq!(out.is_error, Some(false));
+    }
+
+    #[test]
+    fn structured_content_is_the_envelope_without_output_otherwise() {
+        let r = ToolResult::ok("text").with_files_changed(vec!["a.txt".into()]);
+        let out = to_call_result(r, false);
+        assert_eq!(
+            out.structured_content,
+            Some(json!({"success": true, "files_changed": ["a.txt"]}))
+        );
+    }
+
+    #[test]
+    fn a_failure_is_an_error_result_with_its_message_as_text() {
+        let r = ToolResult::failure("path_outside_workspace", "nope");
+        let out = to_call_result(r, true);
+        assert_eq!(out.is_error, Some(true));
+        assert!(out.structured_content.is_none());
+        let text = serde_json::to_value(&out.content).unwrap_or_default();
+        assert_eq!(text[0]["text"], json!("Error: nope"));
+    }
+
+    #[test]
+    fn every_builtin_definition_converts_to_an_mcp_tool() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let config = toolyard_runner::DispatcherConfig::new(dir.path());
+        let d = Dispatcher::new(config).unwrap_or_else(|e| panic!("dispatcher: {e}"));
+        let defs = d.definitions();
+        let tools: Vec<Tool> = defs.iter().filter_map(mcp_tool).collect();
+        assert_eq!(tools.len(), defs.len());
+        let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted, "tools/list must be deterministic (sorted)");
+        assert!(tools.iter().all(|t| t.annotations.is_some()));
+    }
+}

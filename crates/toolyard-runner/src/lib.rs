@@ -1,1 +1,14 @@
-//! toolyard-runner
+//! # toolyard-runner
+//!
+//! The layers every call passes through, whatever door it came in by (MCP, CLI, Rust):
+//! the [`Dispatcher`] (dialect and profile, argument validation, hooks), then the router that
+//! sends the call to the runner of its catalog lane, or runs it in process (`inline`).
+
+mod dispatcher;
+pub mod process;
+pub mod protocol;
+pub mod router;
+
+pub use dispatcher::{CallRequest, Dispatcher, DispatcherConfig, Mode};
+pub use process::{RunnerArgs, runner_main};
+pub use router::{Router, RunnerSpawn};

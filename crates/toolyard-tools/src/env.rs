@@ -1,31 +1,73 @@
 //! The services every built-in tool shares for one workspace.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use toolyard_core::{Catalog, ToolError};
-use toolyard_workspace::{StateDir, Workspace};
+use toolyard_workspace::{Journal, JournalConfig, Ledger, StateDir, Workspace};
+
+use crate::records::{LocalRecords, Records};
 
 /// What the built-in tools of one workspace share: the confined workspace, Toolyard's state
-/// directory for it, and the catalog (limits, provider settings).
-#[derive(Debug)]
+/// directory for it, the catalog (limits, provider settings), and the session records.
 pub struct ToolEnv {
     /// The confined workspace.
-    pub workspace: Workspace,
+    pub workspace: Arc<Workspace>,
     /// Toolyard's state directory for this workspace (outside it).
     pub state: StateDir,
     /// The merged catalog.
     pub catalog: Catalog,
+    /// Read ledger and journal (local, or through the runner's link to the server).
+    pub records: Arc<dyn Records>,
+    /// The same records when this process keeps them itself (the server, not a runner).
+    pub local: Option<Arc<LocalRecords>>,
+}
+
+impl std::fmt::Debug for ToolEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolEnv")
+            .field("workspace", &self.workspace.root())
+            .field("state", &self.state.path())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ToolEnv {
-    /// Open the workspace at `root` with its state directory and `catalog`.
+    /// Open the workspace at `root` with its state directory, `catalog`, and records kept in
+    /// this process.
     pub fn open(root: &Path, catalog: Catalog) -> Result<Self, ToolError> {
-        let workspace = Workspace::open(root)?;
+        let workspace = Arc::new(Workspace::open(root)?);
         let state = StateDir::for_workspace(workspace.root())?;
+        let journal_config: JournalConfig = catalog
+            .section("journal")
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let records = Arc::new(LocalRecords {
+            workspace: workspace.clone(),
+            ledger: Ledger::open(&state)?,
+            journal: Journal::open_with(&state, &journal_config)?,
+        });
         Ok(Self {
             workspace,
             state,
             catalog,
+            records: records.clone(),
+            local: Some(records),
+        })
+    }
+
+    /// The same workspace with `records` in place of the local ones (a runner process).
+    pub fn with_records(
+        root: &Path,
+        state: StateDir,
+        catalog: Catalog,
+        records: Arc<dyn Records>,
+    ) -> Result<Self, ToolError> {
+        Ok(Self {
+            workspace: Arc::new(Workspace::open(root)?),
+            state,
+            catalog,
+            records,
+            local: None,
         })
     }
 

@@ -4,9 +4,17 @@
 //! name them for each seed. A tool knows nothing of MCP, lanes or hooks: it gets typed
 //! arguments and a [`toolyard_core::ToolContext`], and shares a [`ToolEnv`] with its siblings.
 
+pub mod artifacts;
+pub mod command;
+pub mod dialect;
 mod env;
 pub mod files;
+pub mod oracle;
+pub mod records;
 pub mod search;
+pub mod task;
+pub mod undo;
 pub mod web;
 
+pub use dialect::{Dialect, DialectTool};
 pub use env::ToolEnv;

@@ -23,6 +23,16 @@ impl RelPath {
         Self(String::new())
     }
 
+    /// A path already in normal form (`/`-separated, no `.`/`..`, no leading slash; `.` is the
+    /// root), e.g. one received from another Toolyard process.
+    pub fn from_normalized(path: &str) -> Self {
+        if path == "." {
+            Self::root()
+        } else {
+            Self(path.to_string())
+        }
+    }
+
     /// The path as text (`.` for the root).
     pub fn as_str(&self) -> &str {
         if self.0.is_empty() { "." } else { &self.0 }
@@ -190,7 +200,10 @@ impl Workspace {
                 Component::CurDir | Component::RootDir => {}
                 Component::ParentDir => {
                     if parts.pop().is_none() {
-                        return Err(ToolError::outside(path, "`..` climbs above the workspace root"));
+                        return Err(ToolError::outside(
+                            path,
+                            "`..` climbs above the workspace root",
+                        ));
                     }
                 }
                 Component::Prefix(_) => {
@@ -335,7 +348,10 @@ impl Workspace {
 
     /// Open `rel` for reading, beneath the root.
     pub fn open_file(&self, rel: &RelPath) -> Result<File, ToolError> {
-        let file = self.dir.open(rel.as_path()).map_err(|e| self.map_err(e, rel))?;
+        let file = self
+            .dir
+            .open(rel.as_path())
+            .map_err(|e| self.map_err(e, rel))?;
         let meta = file.metadata().map_err(|e| self.map_err(e, rel))?;
         if meta.is_dir() {
             return Err(ToolError::InvalidArguments(format!(
@@ -349,7 +365,8 @@ impl Workspace {
     pub fn read(&self, rel: &RelPath) -> Result<Vec<u8>, ToolError> {
         let mut file = self.open_file(rel)?;
         let mut buf = Vec::new();
-        file.read_to_end(&mut buf).map_err(|e| self.map_err(e, rel))?;
+        file.read_to_end(&mut buf)
+            .map_err(|e| self.map_err(e, rel))?;
         Ok(buf)
     }
 
@@ -513,9 +530,7 @@ impl Workspace {
         }
         match e.kind() {
             io::ErrorKind::NotFound => ToolError::FileNotFound(PathBuf::from(rel.as_str())),
-            io::ErrorKind::PermissionDenied => {
-                ToolError::Io(format!("{rel}: permission denied"))
-            }
+            io::ErrorKind::PermissionDenied => ToolError::Io(format!("{rel}: permission denied")),
             _ => ToolError::Io(format!("{rel}: {e}")),
         }
     }
@@ -582,7 +597,10 @@ mod tests {
                 .as_str(),
             "x/y"
         );
-        assert_eq!(w.relative("z", &root.join("sub")).unwrap().as_str(), "sub/z");
+        assert_eq!(
+            w.relative("z", &root.join("sub")).unwrap().as_str(),
+            "sub/z"
+        );
     }
 
     #[test]
@@ -612,9 +630,7 @@ mod tests {
         for bad in ["out-link", "dotdot-link"] {
             let e = w.locate(bad, &root).unwrap_err();
             assert_eq!(e.kind(), "path_outside_workspace", "{bad}: {e}");
-            let e = w
-                .read(&w.relative(bad, &root).unwrap())
-                .unwrap_err();
+            let e = w.read(&w.relative(bad, &root).unwrap()).unwrap_err();
             assert_eq!(e.kind(), "path_outside_workspace", "{bad}: {e}");
         }
     }
@@ -626,13 +642,22 @@ mod tests {
         let rel = w.locate("dir/f.sh", &root).unwrap();
         let out = w.write_atomic(&rel, b"one", &Expect::Missing).unwrap();
         assert!(out.created);
-        std::fs::set_permissions(root.join("dir/f.sh"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(
+            root.join("dir/f.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         let h = w.hash_of(&rel).unwrap().unwrap();
-        w.write_atomic(&rel, b"two", &Expect::Hash(h.clone())).unwrap();
-        let mode = std::fs::metadata(root.join("dir/f.sh")).unwrap().permissions().mode();
+        w.write_atomic(&rel, b"two", &Expect::Hash(h.clone()))
+            .unwrap();
+        let mode = std::fs::metadata(root.join("dir/f.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o755);
-        let e = w.write_atomic(&rel, b"three", &Expect::Hash(h)).unwrap_err();
+        let e = w
+            .write_atomic(&rel, b"three", &Expect::Hash(h))
+            .unwrap_err();
         assert_eq!(e.kind(), "stale_read");
         assert_eq!(std::fs::read(root.join("dir/f.sh")).unwrap(), b"two");
         let leftovers: Vec<_> = std::fs::read_dir(root.join("dir")).unwrap().collect();

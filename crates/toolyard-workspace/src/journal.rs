@@ -1,1 +1,1116 @@
-//! journal (in progress)
+//! The change journal: every mutation of the workspace, recorded (with the previous content)
+//! and committed **before** the file is touched, so any change can be undone, across restarts
+//! and after a crash.
+//!
+//! The protocol of one mutation:
+//!
+//! 1. [`Journal::record`] stores the file's current bytes and mode (or "did not exist") as a
+//!    `pending` change and commits (`synchronous=FULL`);
+//! 2. the writer replaces the file with [`Workspace::write_atomic_from`] under a
+//!    compare-and-swap ([`Expect`]);
+//! 3. [`Journal::mark_done`] (or [`Journal::mark_failed`] when the write did not happen).
+//!
+//! A crash between 1 and 3 leaves a `pending` change; [`Journal::recover`] settles it by
+//! looking at the file: new content means done, anything else means the write never landed.
+//! [`Journal::apply`] runs the three steps in one process.
+//!
+//! ```
+//! use toolyard_workspace::{Expect, Journal, NewChange, StateDir, Workspace, hash_bytes};
+//!
+//! let tmp = tempfile::tempdir().unwrap();
+//! std::fs::create_dir(tmp.path().join("ws")).unwrap();
+//! let ws = Workspace::open(&tmp.path().join("ws")).unwrap();
+//! let state = StateDir::at(&tmp.path().join("state"), ws.root()).unwrap();
+//! let journal = Journal::open(&state).unwrap();
+//!
+//! let path = ws.locate("notes.txt", ws.root()).unwrap();
+//! std::fs::write(ws.absolute(&path), "before\r\n").unwrap();
+//! let new_hash = hash_bytes(b"after\n");
+//! let change = NewChange { session: "s1", call_id: "c1", tool: "write_file", path: &path, new_hash: &new_hash };
+//! // 1. record and commit the old content
+//! let id = journal.record(&ws, change).unwrap();
+//! // 2. write under a compare-and-swap on the recorded content
+//! let old = journal.get(id).unwrap().old_hash.unwrap();
+//! ws.write_atomic(&path, b"after\n", &Expect::Hash(old)).unwrap();
+//! // 3. confirm
+//! journal.mark_done(id).unwrap();
+//!
+//! let last = journal.last_of_session("s1").unwrap().unwrap();
+//! journal.undo(&ws, last.id, "s1", "c2", false).unwrap();
+//! assert_eq!(std::fs::read(ws.absolute(&path)).unwrap(), b"before\r\n");
+//! ```
+
+use std::fmt;
+use std::io::{self, Read};
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+use toolyard_core::ToolError;
+
+use crate::confine::{Expect, RelPath, Workspace, WriteOutcome};
+use crate::db::{self, Durability, db_err};
+use crate::hash::ContentHash;
+use crate::state::StateDir;
+
+/// Size of one stored content chunk: large files are streamed through memory this much at a time.
+pub const CHUNK_SIZE: usize = 1 << 20;
+/// Changes kept when [`JournalConfig::max_changes`] is not set.
+pub const DEFAULT_MAX_CHANGES: u64 = 10_000;
+/// Stored previous-content bytes kept when [`JournalConfig::max_bytes`] is not set (2 GiB).
+pub const DEFAULT_MAX_BYTES: u64 = 2 << 30;
+/// Days a change is kept when [`JournalConfig::max_age_days`] is not set.
+pub const DEFAULT_MAX_AGE_DAYS: u64 = 30;
+/// The tool name of a change made by [`Journal::undo`].
+pub const UNDO_TOOL: &str = "undo";
+
+/// Retention also runs after this many records, so a long-lived server stays bounded.
+const PRUNE_EVERY: u64 = 64;
+const SCHEMA_VERSION: i64 = 1;
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS journal_changes (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused, even after pruning
+    session   TEXT    NOT NULL,
+    call_id   TEXT    NOT NULL,
+    tool      TEXT    NOT NULL,
+    path      TEXT    NOT NULL,                  -- workspace-relative, '/'-separated
+    time      TEXT    NOT NULL,                  -- RFC 3339, UTC
+    existed   INTEGER NOT NULL,                  -- 0: the change created the file
+    old_hash  TEXT,                              -- BLAKE3 of the previous content
+    old_mode  INTEGER,
+    old_bytes INTEGER,
+    new_hash  TEXT,                              -- NULL: the change removes the file
+    status    TEXT    NOT NULL CHECK (status IN ('pending', 'done', 'failed')),
+    undoes    INTEGER,                           -- set on an undo: the change it reverts
+    undone_by INTEGER                            -- set while an undo of this change is in effect
+);
+CREATE INDEX IF NOT EXISTS journal_changes_session ON journal_changes (session, id);
+CREATE INDEX IF NOT EXISTS journal_changes_path ON journal_changes (path, id);
+CREATE INDEX IF NOT EXISTS journal_changes_status ON journal_changes (status);
+CREATE TABLE IF NOT EXISTS journal_chunks (
+    change_id INTEGER NOT NULL,
+    seq       INTEGER NOT NULL,
+    data      BLOB    NOT NULL,
+    PRIMARY KEY (change_id, seq)
+);
+";
+const COLUMNS: &str = "id, session, call_id, tool, path, time, existed, old_hash, old_mode, \
+                       old_bytes, new_hash, status, undoes, undone_by";
+
+/// The id of a journaled change (shown to the model and the user as a plain number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ChangeId(pub i64);
+
+impl fmt::Display for ChangeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromStr for ChangeId {
+    type Err = ToolError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let t = t.strip_prefix('#').unwrap_or(t);
+        t.parse::<i64>().map(ChangeId).map_err(|_| {
+            ToolError::InvalidArguments(format!(
+                "a change id is a number such as 42 (see `toolyard log`), not {s:?}"
+            ))
+        })
+    }
+}
+
+/// Where a change stands in the mutation protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeStatus {
+    /// Recorded; the write has not been confirmed (yet, or ever: see [`Journal::recover`]).
+    Pending,
+    /// The write landed.
+    Done,
+    /// The write did not happen; the file kept its previous content.
+    Failed,
+}
+
+impl ChangeStatus {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Done => "done",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for ChangeStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ChangeStatus {
+    type Err = ToolError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pending" => Ok(Self::Pending),
+            "done" => Ok(Self::Done),
+            "failed" => Ok(Self::Failed),
+            _ => Err(ToolError::InvalidArguments(format!(
+                "unknown change status {s:?} (pending, done or failed)"
+            ))),
+        }
+    }
+}
+
+/// One journaled change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// Its id.
+    pub id: ChangeId,
+    /// The session that made it.
+    pub session: String,
+    /// The tool call that made it.
+    pub call_id: String,
+    /// The tool that made it (`undo` for an undo).
+    pub tool: String,
+    /// The workspace-relative path.
+    pub path: String,
+    /// When it was recorded (RFC 3339, UTC).
+    pub time: String,
+    /// Whether the file existed before (false: the change created it).
+    pub existed: bool,
+    /// The previous content's hash (`None` when the file did not exist).
+    pub old_hash: Option<ContentHash>,
+    /// The new content's hash (`None` when the change removes the file, as an undo of a creation does).
+    pub new_hash: Option<ContentHash>,
+    /// The previous mode (permission bits).
+    pub old_mode: Option<u32>,
+    /// The previous content's size.
+    pub old_bytes: Option<u64>,
+    /// Where it stands.
+    pub status: ChangeStatus,
+    /// For an undo: the change it reverts.
+    pub undoes: Option<ChangeId>,
+    /// The undo currently in effect over this change, if any.
+    pub undone_by: Option<ChangeId>,
+}
+
+/// A mutation about to happen, as given to [`Journal::record`].
+#[derive(Debug, Clone, Copy)]
+pub struct NewChange<'a> {
+    /// The session making it.
+    pub session: &'a str,
+    /// The tool call making it.
+    pub call_id: &'a str,
+    /// The tool making it.
+    pub tool: &'a str,
+    /// The file (resolved, see [`Workspace::locate`]).
+    pub path: &'a RelPath,
+    /// The hash of the content about to be written.
+    pub new_hash: &'a str,
+}
+
+/// Which changes [`Journal::list`] returns (newest first).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeFilter {
+    /// Only this session's changes.
+    pub session: Option<String>,
+    /// Only changes of this workspace-relative path.
+    pub path: Option<String>,
+    /// Only changes with this status.
+    pub status: Option<ChangeStatus>,
+    /// At most this many.
+    pub limit: Option<usize>,
+}
+
+/// What [`Journal::undo`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UndoOutcome {
+    /// The undo's own change (undo it to redo).
+    pub undo: ChangeId,
+    /// The change that was reverted.
+    pub undone: ChangeId,
+    /// Whether the reverted change was itself an undo (so this was a redo).
+    pub redo: bool,
+    /// The workspace-relative path.
+    pub path: String,
+    /// The file was removed (the reverted change had created it).
+    pub removed: bool,
+    /// Bytes restored (0 when removed).
+    pub bytes: u64,
+    /// The restored mode.
+    pub mode: Option<u32>,
+    /// The file's hash now (`None` when removed), for the read ledger.
+    pub new_hash: Option<ContentHash>,
+    /// `force` overrode a conflict (the file had changed since, or the change was already undone).
+    pub forced: bool,
+}
+
+/// Retention of the journal, from the catalog's `[journal]` section. An unset limit takes its
+/// default (`DEFAULT_*`); `0` means unlimited.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JournalConfig {
+    /// Most changes kept.
+    pub max_changes: Option<u64>,
+    /// Most bytes of previous content kept (the newest change is kept whatever its size).
+    pub max_bytes: Option<u64>,
+    /// Oldest change kept, in days.
+    pub max_age_days: Option<u64>,
+}
+
+impl JournalConfig {
+    fn limit(v: Option<u64>, default: u64) -> Option<u64> {
+        match v.unwrap_or(default) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+}
+
+/// The change journal in the state database; cheap to share across threads.
+#[derive(Debug)]
+pub struct Journal {
+    conn: Mutex<Connection>,
+    max_changes: Option<u64>,
+    max_bytes: Option<u64>,
+    max_age_days: Option<u64>,
+    records: AtomicU64,
+}
+
+/// What recording found at the path.
+struct Recorded {
+    id: ChangeId,
+    old_hash: Option<ContentHash>,
+}
+
+/// The fields of a change to record (a [`NewChange`], or an undo).
+struct Pending<'a> {
+    session: &'a str,
+    call_id: &'a str,
+    tool: &'a str,
+    path: &'a RelPath,
+    new_hash: Option<&'a str>,
+    undoes: Option<ChangeId>,
+}
+
+impl Journal {
+    /// Open (creating if needed) the journal in `state`'s database, with default retention.
+    pub fn open(state: &StateDir) -> Result<Self, ToolError> {
+        Self::open_with(state, &JournalConfig::default())
+    }
+
+    /// Open the journal with the given retention, and apply it.
+    pub fn open_with(state: &StateDir, config: &JournalConfig) -> Result<Self, ToolError> {
+        let mut conn = db::open(state, Durability::Full)?;
+        db::ensure_schema(&mut conn, "journal", SCHEMA_VERSION, SCHEMA)?;
+        let journal = Self {
+            conn: Mutex::new(conn),
+            max_changes: JournalConfig::limit(config.max_changes, DEFAULT_MAX_CHANGES),
+            max_bytes: JournalConfig::limit(config.max_bytes, DEFAULT_MAX_BYTES),
+            max_age_days: JournalConfig::limit(config.max_age_days, DEFAULT_MAX_AGE_DAYS),
+            records: AtomicU64::new(0),
+        };
+        journal.prune()?;
+        Ok(journal)
+    }
+
+    /// Record the current content of `change.path` (or that it does not exist) and its mode as
+    /// a pending change, streaming the file in [`CHUNK_SIZE`] chunks, and commit. Only then may
+    /// the file be written: with `Expect::Hash` of the recorded `old_hash` (see [`Journal::get`]),
+    /// or `Expect::Missing` when it did not exist.
+    pub fn record(&self, ws: &Workspace, change: NewChange<'_>) -> Result<ChangeId, ToolError> {
+        let rec = self.record_pending(
+            ws,
+            Pending {
+                session: change.session,
+                call_id: change.call_id,
+                tool: change.tool,
+                path: change.path,
+                new_hash: Some(change.new_hash),
+                undoes: None,
+            },
+        )?;
+        Ok(rec.id)
+    }
+
+    /// The whole protocol in one process: record, write `content` under `expect` (the session's
+    /// view of the file; refused with `StaleRead` if the file no longer matches), mark done or
+    /// failed. `mode` overrides the file's mode as in [`Workspace::write_atomic_from`].
+    pub fn apply(
+        &self,
+        ws: &Workspace,
+        change: NewChange<'_>,
+        content: &mut dyn Read,
+        expect: &Expect,
+        mode: Option<u32>,
+    ) -> Result<(ChangeId, WriteOutcome), ToolError> {
+        let rec = self.record_pending(
+            ws,
+            Pending {
+                session: change.session,
+                call_id: change.call_id,
+                tool: change.tool,
+                path: change.path,
+                new_hash: Some(change.new_hash),
+                undoes: None,
+            },
+        )?;
+        // Check against what was recorded, not only at rename time: if the file changed and
+        // changed back in between, the journal must still hold the content being replaced.
+        let matches = match (expect, &rec.old_hash) {
+            (Expect::Any, _) | (Expect::Missing, None) => true,
+            (Expect::Hash(want), Some(have)) => want == have,
+            _ => false,
+        };
+        let written = if matches {
+            let cas = match &rec.old_hash {
+                Some(h) => Expect::Hash(h.clone()),
+                None => Expect::Missing,
+            };
+            ws.write_atomic_from(change.path, content, &cas, mode)
+        } else {
+            Err(ToolError::StaleRead {
+                path: change.path.to_string(),
+            })
+        };
+        match written {
+            Ok(outcome) => {
+                if let Err(e) = self.mark_done(rec.id) {
+                    // The file is written; recover() will settle the entry from its content.
+                    tracing::warn!(change = %rec.id, error = %e, "write landed but the journal entry stays pending");
+                }
+                Ok((rec.id, outcome))
+            }
+            Err(e) => {
+                self.fail_quietly(rec.id);
+                Err(e)
+            }
+        }
+    }
+
+    /// The write of change `id` landed.
+    pub fn mark_done(&self, id: ChangeId) -> Result<(), ToolError> {
+        let mut conn = db::lock(&self.conn);
+        let tx = immediate(&mut conn)?;
+        let (status, undoes) = status_of(&tx, id)?;
+        match status {
+            ChangeStatus::Done => {}
+            ChangeStatus::Pending | ChangeStatus::Failed => {
+                if status == ChangeStatus::Failed {
+                    // recover() may have run while this write was in flight.
+                    tracing::warn!(change = %id, "change marked failed is now reported done");
+                }
+                set_status(&tx, id, ChangeStatus::Done)?;
+                if undoes.is_some() {
+                    link_undo(&tx, id)?;
+                }
+            }
+        }
+        tx.commit().map_err(db_err)
+    }
+
+    /// The write of change `id` did not happen.
+    pub fn mark_failed(&self, id: ChangeId) -> Result<(), ToolError> {
+        let mut conn = db::lock(&self.conn);
+        let tx = immediate(&mut conn)?;
+        match status_of(&tx, id)?.0 {
+            ChangeStatus::Failed => {}
+            ChangeStatus::Pending => set_status(&tx, id, ChangeStatus::Failed)?,
+            ChangeStatus::Done => {
+                return Err(ToolError::Conflict(format!(
+                    "change {id} is already done; a write that landed cannot be marked failed"
+                )));
+            }
+        }
+        tx.commit().map_err(db_err)
+    }
+
+    /// Changes matching `filter`, newest first.
+    pub fn list(&self, filter: &ChangeFilter) -> Result<Vec<Change>, ToolError> {
+        let mut sql = format!("SELECT {COLUMNS} FROM journal_changes WHERE 1 = 1");
+        let mut args: Vec<Value> = Vec::new();
+        if let Some(s) = &filter.session {
+            args.push(Value::Text(s.clone()));
+            sql.push_str(&format!(" AND session = ?{}", args.len()));
+        }
+        if let Some(p) = &filter.path {
+            args.push(Value::Text(p.clone()));
+            sql.push_str(&format!(" AND path = ?{}", args.len()));
+        }
+        if let Some(st) = filter.status {
+            args.push(Value::Text(st.as_str().into()));
+            sql.push_str(&format!(" AND status = ?{}", args.len()));
+        }
+        sql.push_str(" ORDER BY id DESC");
+        if let Some(limit) = filter.limit {
+            args.push(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+            sql.push_str(&format!(" LIMIT ?{}", args.len()));
+        }
+        let conn = db::lock(&self.conn);
+        let mut st = conn.prepare(&sql).map_err(db_err)?;
+        let rows = st
+            .query_map(rusqlite::params_from_iter(args), change_from_row)
+            .map_err(db_err)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(db_err)
+    }
+
+    /// The change `id`.
+    pub fn get(&self, id: ChangeId) -> Result<Change, ToolError> {
+        let conn = db::lock(&self.conn);
+        get_change(&conn, id)
+    }
+
+    /// The change a plain `undo` of `session` reverts: its newest change that is done, is not
+    /// itself an undo, and is not undone. Undoing it marks it undone, so repeated undos walk
+    /// back through the session's history; a redo (undoing an undo) makes its change current again.
+    pub fn last_of_session(&self, session: &str) -> Result<Option<Change>, ToolError> {
+        let conn = db::lock(&self.conn);
+        conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM journal_changes
+             WHERE session = ?1 AND status = 'done' AND undoes IS NULL AND undone_by IS NULL
+             ORDER BY id DESC LIMIT 1"
+        ))
+        .and_then(|mut st| st.query_row(params![session], change_from_row).optional())
+        .map_err(db_err)
+    }
+
+    /// The previous content stored for change `id` (`None` if the file did not exist), streamed
+    /// chunk by chunk and checked against its hash at the end.
+    pub fn old_content(&self, id: ChangeId) -> Result<Option<impl Read + '_>, ToolError> {
+        let change = self.get(id)?;
+        Ok(change
+            .existed
+            .then(|| ChunkReader::new(&self.conn, &change)))
+    }
+
+    /// Restore `path` to its content before change `id`: exact bytes and mode, or remove it if
+    /// the change created it. Refused with `Conflict` if the file changed since the change (or
+    /// the change was already undone) unless `force`. The undo is journaled as a change of tool
+    /// `undo` by `session`/`call_id`; undoing that change redoes `id`.
+    pub fn undo(
+        &self,
+        ws: &Workspace,
+        id: ChangeId,
+        session: &str,
+        call_id: &str,
+        force: bool,
+    ) -> Result<UndoOutcome, ToolError> {
+        let target = self.get(id)?;
+        match target.status {
+            ChangeStatus::Done => {}
+            ChangeStatus::Pending => {
+                return Err(ToolError::Conflict(format!(
+                    "change {id} is still pending: its write was never confirmed (in flight, or interrupted by a crash; restarting Toolyard settles it)"
+                )));
+            }
+            ChangeStatus::Failed => {
+                return Err(ToolError::Conflict(format!(
+                    "change {id} failed: its write never happened, so there is nothing to undo"
+                )));
+            }
+        }
+        let mut forced = false;
+        if let Some(by) = target.undone_by {
+            if !force {
+                return Err(ToolError::Conflict(format!(
+                    "change {id} was already undone by change {by}; to redo it, undo change {by}"
+                )));
+            }
+            forced = true;
+        }
+        let path = ws.relative(&target.path, ws.root())?;
+        let current = ws.hash_of(&path)?;
+        if current != target.new_hash {
+            if !force {
+                return Err(ToolError::Conflict(format!(
+                    "{} changed since change {id} ({}); undoing it would lose those changes. Read the file and edit it instead, or undo with force to restore the content from before change {id} anyway",
+                    target.path,
+                    if current.is_none() {
+                        "it was removed"
+                    } else {
+                        "its content differs"
+                    }
+                )));
+            }
+            forced = true;
+        }
+
+        let rec = self.record_pending(
+            ws,
+            Pending {
+                session,
+                call_id,
+                tool: UNDO_TOOL,
+                path: &path,
+                new_hash: target.old_hash.as_deref(),
+                undoes: Some(id),
+            },
+        )?;
+        if rec.old_hash != current {
+            self.fail_quietly(rec.id);
+            return Err(ToolError::Conflict(format!(
+                "{} changed while undoing change {id}; retry the undo",
+                target.path
+            )));
+        }
+        let expect = match &rec.old_hash {
+            Some(h) => Expect::Hash(h.clone()),
+            None => Expect::Missing,
+        };
+        let restored = if target.existed {
+            let mut reader = ChunkReader::new(&self.conn, &target);
+            ws.write_atomic_from(&path, &mut reader, &expect, target.old_mode)
+                .map(|o| (false, o.bytes, Some(o.mode)))
+        } else {
+            self.remove_if(ws, &path, rec.old_hash.as_deref())
+                .map(|()| (true, 0, None))
+        };
+        match restored {
+            Ok((removed, bytes, mode)) => {
+                self.mark_done(rec.id)?;
+                tracing::info!(undo = %rec.id, undone = %id, path = %path, removed, "undid change");
+                Ok(UndoOutcome {
+                    undo: rec.id,
+                    undone: id,
+                    redo: target.undoes.is_some(),
+                    path: target.path,
+                    removed,
+                    bytes,
+                    mode,
+                    new_hash: target.old_hash,
+                    forced,
+                })
+            }
+            Err(e) => {
+                self.fail_quietly(rec.id);
+                Err(match e {
+                    ToolError::StaleRead { path } => ToolError::Conflict(format!(
+                        "{path} changed while undoing change {id}; retry the undo"
+                    )),
+                    other => other,
+                })
+            }
+        }
+    }
+
+    /// Settle the changes left `pending` by a crash: done if the file now has the new content,
+    /// failed otherwise (the write never landed, the file has its old content). Call it at
+    /// startup, before writes begin: a write in flight in another process would be misjudged.
+    pub fn recover(&self, ws: &Workspace) -> Result<Vec<Change>, ToolError> {
+        let mut pending = self.list(&ChangeFilter {
+            status: Some(ChangeStatus::Pending),
+            ..ChangeFilter::default()
+        })?;
+        pending.reverse();
+        let mut settled = Vec::with_capacity(pending.len());
+        for change in pending {
+            let current = ws
+                .relative(&change.path, ws.root())
+                .and_then(|p| ws.hash_of(&p));
+            let landed = match current {
+                Ok(h) => h == change.new_hash,
+                Err(e) => {
+                    tracing::warn!(change = %change.id, path = %change.path, error = %e, "cannot read the file of a pending change; marking it failed");
+                    false
+                }
+            };
+            if landed {
+                self.mark_done(change.id)?;
+            } else {
+                self.mark_failed(change.id)?;
+            }
+            remove_stale_temps(ws, &change.path);
+            tracing::info!(change = %change.id, path = %change.path, landed, "settled a pending change");
+            settled.push(self.get(change.id)?);
+        }
+        Ok(settled)
+    }
+
+    /// Apply retention now (it also runs at open and every few records); returns how many
+    /// changes were deleted. Pending changes are never deleted.
+    pub fn prune(&self) -> Result<u64, ToolError> {
+        let mut conn = db::lock(&self.conn);
+        let tx = immediate(&mut conn)?;
+        let mut deleted = 0u64;
+        if let Some(days) = self.max_age_days {
+            deleted += tx
+                .execute(
+                    "DELETE FROM journal_changes WHERE status != 'pending'
+                     AND julianday('now') - julianday(time) > ?1",
+                    params![days as f64],
+                )
+                .map_err(db_err)? as u64;
+        }
+        if let Some(max) = self.max_changes {
+            deleted += tx
+                .execute(
+                    "DELETE FROM journal_changes WHERE status != 'pending' AND id <=
+                     (SELECT id FROM journal_changes ORDER BY id DESC LIMIT 1 OFFSET ?1)",
+                    params![to_sql_int(max)],
+                )
+                .map_err(db_err)? as u64;
+        }
+        if let Some(max) = self.max_bytes {
+            deleted += prune_bytes(&tx, max)?;
+        }
+        if deleted > 0 {
+            tx.execute(
+                "DELETE FROM journal_chunks
+                 WHERE change_id NOT IN (SELECT id FROM journal_changes)",
+                [],
+            )
+            .map_err(db_err)?;
+        }
+        tx.commit().map_err(db_err)?;
+        if deleted > 0 {
+            tracing::debug!(deleted, "journal retention pruned changes");
+            // Hand freed pages back (a no-op on a database made before auto_vacuum was set).
+            if let Err(e) = conn.execute_batch("PRAGMA incremental_vacuum") {
+                tracing::debug!(error = %e, "incremental vacuum failed");
+            }
+        }
+        Ok(deleted)
+    }
+
+    fn record_pending(&self, ws: &Workspace, p: Pending<'_>) -> Result<Recorded, ToolError> {
+        // Opening a FIFO for reading would block, and a device has no content to keep.
+        if let Some(meta) = ws.metadata(p.path)?
+            && !meta.is_file()
+            && !meta.is_dir()
+        {
+            return Err(ToolError::InvalidArguments(format!(
+                "{} is not a regular file; only regular files can be changed",
+                p.path
+            )));
+        }
+        let mut file = match ws.open_file(p.path) {
+            Ok(f) => Some(f),
+            Err(ToolError::FileNotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let mode = match &file {
+            Some(f) => {
+                use cap_std::fs::PermissionsExt;
+                let meta = f.metadata().map_err(|e| ws.map_err(e, p.path))?;
+                Some(meta.permissions().mode() & 0o7777)
+            }
+            None => None,
+        };
+        let rec = {
+            let mut conn = db::lock(&self.conn);
+            let tx = immediate(&mut conn)?;
+            tx.execute(
+                "INSERT INTO journal_changes
+                 (session, call_id, tool, path, time, existed, old_mode, new_hash, status, undoes)
+                 VALUES (?1, ?2, ?3, ?4, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?5, ?6, ?7,
+                         'pending', ?8)",
+                params![
+                    p.session,
+                    p.call_id,
+                    p.tool,
+                    p.path.as_str(),
+                    file.is_some(),
+                    mode,
+                    p.new_hash,
+                    p.undoes.map(|c| c.0),
+                ],
+            )
+            .map_err(db_err)?;
+            let id = ChangeId(tx.last_insert_rowid());
+            let old_hash = match file.as_mut() {
+                Some(f) => Some(store_content(&tx, id, f, ws, p.path)?),
+                None => None,
+            };
+            tx.commit().map_err(db_err)?;
+            Recorded { id, old_hash }
+        };
+        tracing::debug!(change = %rec.id, path = %p.path, tool = p.tool, existed = rec.old_hash.is_some(), "journaled change");
+        let due = self.records.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
+        if due && let Err(e) = self.prune() {
+            tracing::warn!(error = %e, "journal retention failed");
+        }
+        Ok(rec)
+    }
+
+    /// Remove `path` if it still has hash `expect` (`None`: it is already gone).
+    fn remove_if(
+        &self,
+        ws: &Workspace,
+        path: &RelPath,
+        expect: Option<&str>,
+    ) -> Result<(), ToolError> {
+        let Some(expect) = expect else {
+            return Ok(());
+        };
+        // A narrow window remains between this check and the unlink (see the module docs of
+        // confine.rs: remove_file takes no expectation yet).
+        if ws.hash_of(path)?.as_deref() != Some(expect) {
+            return Err(ToolError::StaleRead {
+                path: path.to_string(),
+            });
+        }
+        ws.remove_file(path)
+    }
+
+    fn fail_quietly(&self, id: ChangeId) {
+        if let Err(e) = self.mark_failed(id) {
+            tracing::warn!(change = %id, error = %e, "cannot mark change failed; recover() will settle it");
+        }
+    }
+}
+
+/// Remove the temp files a write killed before its rename left next to `path` (named by
+/// `Workspace::write_atomic_from` as `.NAME.toolyard-*.tmp`). Best effort: they are only litter.
+fn remove_stale_temps(ws: &Workspace, path: &str) {
+    let Ok(target) = ws
+        .relative(path, ws.root())
+        .and_then(|rel| ws.resolve(&rel, true))
+    else {
+        return;
+    };
+    let prefix = format!(".{}.toolyard-", target.file_name());
+    let Ok(dir) = ws.open_dir(&target.parent()) else {
+        return;
+    };
+    let Ok(entries) = dir.entries() else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if name.starts_with(&prefix) && name.ends_with(".tmp") {
+            match dir.remove_file(name) {
+                Ok(()) => {
+                    tracing::info!(path = %target.parent().join(name), "removed a crashed write's temp file")
+                }
+                Err(e) => tracing::debug!(name, error = %e, "cannot remove temp file"),
+            }
+        }
+    }
+}
+
+/// Stream `file` into chunks of change `id`; returns the content hash and stores it with the size.
+fn store_content(
+    tx: &Transaction<'_>,
+    id: ChangeId,
+    file: &mut dyn Read,
+    ws: &Workspace,
+    path: &RelPath,
+) -> Result<ContentHash, ToolError> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; CHUNK_SIZE];
+    let mut total = 0u64;
+    let mut seq = 0i64;
+    let mut insert = tx
+        .prepare_cached("INSERT INTO journal_chunks (change_id, seq, data) VALUES (?1, ?2, ?3)")
+        .map_err(db_err)?;
+    loop {
+        let n = read_full(file, &mut buf).map_err(|e| ws.map_err(e, path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        insert
+            .execute(params![id.0, seq, &buf[..n]])
+            .map_err(db_err)?;
+        total += n as u64;
+        seq += 1;
+    }
+    let hash = hasher.finalize().to_hex().to_string();
+    tx.execute(
+        "UPDATE journal_changes SET old_hash = ?2, old_bytes = ?3 WHERE id = ?1",
+        params![id.0, hash, to_sql_int(total)],
+    )
+    .map_err(db_err)?;
+    Ok(hash)
+}
+
+/// Read until `buf` is full or the reader ends; returns the bytes read.
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Delete the oldest settled changes until the stored content fits `max` bytes; the newest
+/// change is kept whatever its size, so the last write can always be undone.
+fn prune_bytes(tx: &Transaction<'_>, max: u64) -> Result<u64, ToolError> {
+    let total: i64 = tx
+        .query_row(
+            "SELECT COALESCE(SUM(old_bytes), 0) FROM journal_changes",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(db_err)?;
+    let mut excess = u64::try_from(total).unwrap_or(0).saturating_sub(max);
+    if excess == 0 {
+        return Ok(0);
+    }
+    let mut victims = Vec::new();
+    {
+        let mut st = tx
+            .prepare(
+                "SELECT id, COALESCE(old_bytes, 0) FROM journal_changes
+                 WHERE status != 'pending' AND id < (SELECT MAX(id) FROM journal_changes)
+                 ORDER BY id",
+            )
+            .map_err(db_err)?;
+        let mut rows = st.query([]).map_err(db_err)?;
+        while excess > 0 {
+            let Some(row) = rows.next().map_err(db_err)? else {
+                break;
+            };
+            let id: i64 = row.get(0).map_err(db_err)?;
+            let bytes: i64 = row.get(1).map_err(db_err)?;
+            victims.push(id);
+            excess = excess.saturating_sub(u64::try_from(bytes).unwrap_or(0));
+        }
+    }
+    let mut del = tx
+        .prepare_cached("DELETE FROM journal_changes WHERE id = ?1")
+        .map_err(db_err)?;
+    for id in &victims {
+        del.execute(params![id]).map_err(db_err)?;
+    }
+    Ok(victims.len() as u64)
+}
+
+/// After the undo `id` took effect, update `undone_by` down its chain: the change it reverts is
+/// now undone by it; that change, if itself an undo, no longer holds its own target undone; and
+/// so on, alternating. `undoes` always points to an older id, so the walk ends.
+fn link_undo(tx: &Transaction<'_>, id: ChangeId) -> Result<(), ToolError> {
+    let mut cur = id.0;
+    let mut in_effect = true;
+    loop {
+        let target: Option<i64> = tx
+            .query_row(
+                "SELECT undoes FROM journal_changes WHERE id = ?1",
+                params![cur],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db_err)?
+            .flatten();
+        let Some(target) = target.filter(|t| *t < cur) else {
+            return Ok(());
+        };
+        let by = in_effect.then_some(cur);
+        tx.execute(
+            "UPDATE journal_changes SET undone_by = ?2 WHERE id = ?1",
+            params![target, by],
+        )
+        .map_err(db_err)?;
+        cur = target;
+        in_effect = !in_effect;
+    }
+}
+
+fn immediate(conn: &mut Connection) -> Result<Transaction<'_>, ToolError> {
+    // IMMEDIATE takes the write lock up front, so a busy database waits (busy_timeout) instead
+    // of failing at the first write of a deferred transaction.
+    conn.transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(db_err)
+}
+
+fn status_of(tx: &Transaction<'_>, id: ChangeId) -> Result<(ChangeStatus, Option<i64>), ToolError> {
+    let row: Option<(String, Option<i64>)> = tx
+        .query_row(
+            "SELECT status, undoes FROM journal_changes WHERE id = ?1",
+            params![id.0],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(db_err)?;
+    let (status, undoes) = row.ok_or_else(|| not_found(id))?;
+    Ok((status.parse()?, undoes))
+}
+
+fn set_status(tx: &Transaction<'_>, id: ChangeId, status: ChangeStatus) -> Result<(), ToolError> {
+    tx.execute(
+        "UPDATE journal_changes SET status = ?2 WHERE id = ?1",
+        params![id.0, status.as_str()],
+    )
+    .map_err(db_err)?;
+    Ok(())
+}
+
+fn get_change(conn: &Connection, id: ChangeId) -> Result<Change, ToolError> {
+    conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM journal_changes WHERE id = ?1"
+    ))
+    .and_then(|mut st| st.query_row(params![id.0], change_from_row).optional())
+    .map_err(db_err)?
+    .ok_or_else(|| not_found(id))
+}
+
+fn not_found(id: ChangeId) -> ToolError {
+    ToolError::NotFound(format!(
+        "change {id} is not in the journal (never recorded, or pruned by retention); see `toolyard log`"
+    ))
+}
+
+fn change_from_row(r: &Row<'_>) -> rusqlite::Result<Change> {
+    let status: String = r.get(11)?;
+    let status = status.parse::<ChangeStatus>().map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(11, rusqlite::types::Type::Text, Box::new(e))
+    })?;
+    let old_bytes: Option<i64> = r.get(9)?;
+    Ok(Change {
+        id: ChangeId(r.get(0)?),
+        session: r.get(1)?,
+        call_id: r.get(2)?,
+        tool: r.get(3)?,
+        path: r.get(4)?,
+        time: r.get(5)?,
+        existed: r.get(6)?,
+        old_hash: r.get(7)?,
+        old_mode: r.get(8)?,
+        old_bytes: old_bytes.and_then(|b| u64::try_from(b).ok()),
+        new_hash: r.get(10)?,
+        status,
+        undoes: r.get::<_, Option<i64>>(12)?.map(ChangeId),
+        undone_by: r.get::<_, Option<i64>>(13)?.map(ChangeId),
+    })
+}
+
+fn to_sql_int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The stored previous content of a change, read chunk by chunk (one chunk in memory at a
+/// time, the database locked only while a chunk is fetched), verified against its hash and
+/// size at the end so damaged content never reaches the file (the rename happens after EOF).
+struct ChunkReader<'a> {
+    conn: &'a Mutex<Connection>,
+    change: i64,
+    seq: i64,
+    buf: Vec<u8>,
+    pos: usize,
+    hasher: blake3::Hasher,
+    total: u64,
+    expect_hash: Option<ContentHash>,
+    expect_len: Option<u64>,
+    finished: bool,
+}
+
+impl<'a> ChunkReader<'a> {
+    fn new(conn: &'a Mutex<Connection>, change: &Change) -> Self {
+        Self {
+            conn,
+            change: change.id.0,
+            seq: 0,
+            buf: Vec::new(),
+            pos: 0,
+            hasher: blake3::Hasher::new(),
+            total: 0,
+            expect_hash: change.old_hash.clone(),
+            expect_len: change.old_bytes,
+            finished: false,
+        }
+    }
+
+    fn fetch(&mut self) -> io::Result<bool> {
+        let conn = db::lock(self.conn);
+        let data: Option<Vec<u8>> = conn
+            .prepare_cached("SELECT data FROM journal_chunks WHERE change_id = ?1 AND seq = ?2")
+            .and_then(|mut st| {
+                st.query_row(params![self.change, self.seq], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(io::Error::other)?;
+        drop(conn);
+        match data {
+            Some(data) => {
+                self.hasher.update(&data);
+                self.total += data.len() as u64;
+                self.buf = data;
+                self.pos = 0;
+                self.seq += 1;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn verify(&self) -> io::Result<()> {
+        let hash = self.hasher.finalize().to_hex().to_string();
+        let hash_ok = self.expect_hash.as_deref() == Some(hash.as_str());
+        let len_ok = self.expect_len.is_none_or(|n| n == self.total);
+        if hash_ok && len_ok {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the journal's copy of change {} is incomplete or damaged ({} bytes, hash {hash}); refusing to restore it",
+                    self.change, self.total
+                ),
+            ))
+        }
+    }
+}
+
+impl Read for ChunkReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.buf.len() {
+            if self.finished {
+                return Ok(0);
+            }
+            if !self.fetch()? {
+                self.finished = true;
+                self.buf = Vec::new();
+                self.pos = 0;
+                self.verify()?;
+                return Ok(0);
+            }
+        }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn _assert_send_sync() {
+        fn is<T: Send + Sync>() {}
+        is::<Journal>();
+    }
+
+    #[test]
+    fn change_id_round_trips_through_text() {
+        assert_eq!("42".parse::<ChangeId>().unwrap(), ChangeId(42));
+        assert_eq!(" #7 ".parse::<ChangeId>().unwrap(), ChangeId(7));
+        assert_eq!(ChangeId(42).to_string(), "42");
+        assert_eq!(serde_json::to_string(&ChangeId(3)).unwrap(), "3");
+        let e = "abc".parse::<ChangeId>().unwrap_err();
+        assert_eq!(e.kind(), "invalid_arguments");
+    }
+
+    #[test]
+    fn journal_config_rejects_unknown_fields() {
+        let ok: JournalConfig = serde_json::from_str(r#"{"max_changes": 5}"#).unwrap();
+        assert_eq!(ok.max_changes, Some(5));
+        assert!(serde_json::from_str::<JournalConfig>(r#"{"max_change": 5}"#).is_err());
+    }
+}

@@ -7,11 +7,18 @@
 //! Toolyard keeps its own files, the per-session read [`Ledger`], and the change [`Journal`].
 
 mod confine;
+mod db;
 mod hash;
 mod journal;
 mod ledger;
 mod state;
 
-pub use confine::{Expect, RelPath, WriteOutcome, Workspace};
+pub use confine::{Expect, RelPath, Workspace, WriteOutcome};
 pub use hash::{ContentHash, hash_bytes, hash_reader};
+pub use journal::{
+    CHUNK_SIZE, Change, ChangeFilter, ChangeId, ChangeStatus, DEFAULT_MAX_AGE_DAYS,
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_CHANGES, Journal, JournalConfig, NewChange, UNDO_TOOL,
+    UndoOutcome,
+};
+pub use ledger::Ledger;
 pub use state::StateDir;

@@ -31,18 +31,30 @@ impl StateDir {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "root".into())
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .take(40)
             .collect();
         let digest = blake3::hash(root.as_os_str().as_encoded_bytes()).to_hex();
-        let path = base.join("workspaces").join(format!("{name}-{}", &digest[..16]));
+        let path = base
+            .join("workspaces")
+            .join(format!("{name}-{}", &digest[..16]));
         Self::at(&path, root)
     }
 
     /// Use `path` as the state directory of the workspace at `root`; it may not lie inside it.
     pub fn at(path: &Path, root: &Path) -> Result<Self, ToolError> {
-        std::fs::create_dir_all(path)
-            .map_err(|e| ToolError::Io(format!("cannot create state directory {}: {e}", path.display())))?;
+        std::fs::create_dir_all(path).map_err(|e| {
+            ToolError::Io(format!(
+                "cannot create state directory {}: {e}",
+                path.display()
+            ))
+        })?;
         let path = path
             .canonicalize()
             .map_err(|e| ToolError::Io(format!("{}: {e}", path.display())))?;

@@ -1,1 +1,80 @@
-//! File tools: read_file, write_file, edit_file.
+//! File tools: `read_file`, `write_file`, `edit_file`, and the one mutation path they share.
+//!
+//! Every write goes the same way: the read ledger must have seen the file's current content
+//! (for files that exist), the journal records the previous content and commits, the file is
+//! replaced atomically only if it still has the content the ledger saw, and the ledger then
+//! takes the new content as this session's view.
+
+mod edit;
+mod read;
+mod write;
+
+use std::sync::Arc;
+
+use toolyard_core::{Tool, ToolContext, ToolError, Typed};
+use toolyard_workspace::{Expect, RelPath, WriteOutcome, hash_bytes};
+
+use crate::ToolEnv;
+
+pub use edit::{EditFile, EditFileArgs, Replacement, apply_edit};
+pub use read::{ReadFile, ReadFileArgs, read_window};
+pub use write::{WriteFile, WriteFileArgs};
+
+/// The file tools of the `loopr` dialect.
+pub fn tools(env: Arc<ToolEnv>) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(Typed(ReadFile::new(env.clone()))),
+        Arc::new(Typed(WriteFile::new(env.clone()))),
+        Arc::new(Typed(EditFile::new(env))),
+    ]
+}
+
+/// Check that this session may overwrite `rel` (whose current hash is `current`, `None` when it
+/// does not exist) and return the compare-and-swap expectation for the write.
+pub async fn expect_for_write(
+    env: &ToolEnv,
+    ctx: &ToolContext,
+    rel: &RelPath,
+    current: Option<&str>,
+) -> Result<Expect, ToolError> {
+    match current {
+        None => Ok(Expect::Missing),
+        Some(hash) => {
+            env.records.check_write(&ctx.session_id, rel, hash).await?;
+            Ok(Expect::Hash(hash.to_string()))
+        }
+    }
+}
+
+/// Journal, then atomically write `bytes` to `rel` if it still matches `expect`, then update
+/// the ledger. The single path every mutating file tool takes.
+pub async fn commit_write(
+    env: &ToolEnv,
+    ctx: &ToolContext,
+    tool: &str,
+    rel: &RelPath,
+    bytes: &[u8],
+    expect: &Expect,
+) -> Result<WriteOutcome, ToolError> {
+    let new_hash = hash_bytes(bytes);
+    let change = env
+        .records
+        .journal_begin(&ctx.session_id, &ctx.call_id, tool, rel, &new_hash)
+        .await?;
+    match env.workspace.write_atomic(rel, bytes, expect) {
+        Ok(outcome) => {
+            env.records.journal_end(change, true).await?;
+            env.records
+                .record_write(&ctx.session_id, &outcome.path, &new_hash)
+                .await?;
+            Ok(outcome)
+        }
+        Err(e) => {
+            // The file was not touched; the entry only records the attempt.
+            if let Err(mark) = env.records.journal_end(change, false).await {
+                tracing::warn!(%mark, "could not mark a failed change in the journal");
+            }
+            Err(e)
+        }
+    }
+}

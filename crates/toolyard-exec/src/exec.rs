@@ -1,0 +1,485 @@
+//! Run one command: `sh -c COMMAND` in a working directory, stdin from /dev/null, a timeout and
+//! cancellation that kill the whole process tree, and output captured head-and-tail while the
+//! command runs, so memory stays bounded however much it prints.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::Write as _;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+use toolyard_core::ToolError;
+use toolyard_core::shape::{HeadTail, Shaped};
+
+use crate::env::EnvPolicy;
+use crate::tree::{self, Mechanism};
+
+/// How long readers may keep going after the command exited, before leftovers are killed.
+const EXIT_GRACE: Duration = Duration::from_millis(200);
+/// How long to drain the pipes after a kill before giving up on them.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
+/// How long to wait for a killed process to be reaped before giving up on it.
+const REAP_GRACE: Duration = Duration::from_secs(5);
+/// How often `on_progress` is called.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// Read buffer size per stream.
+const CHUNK: usize = 64 * 1024;
+
+/// A progress report of a running command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecProgress {
+    /// Time since the command started.
+    pub elapsed: Duration,
+    /// Bytes read from stdout so far.
+    pub stdout_bytes: u64,
+    /// Bytes read from stderr so far.
+    pub stderr_bytes: u64,
+}
+
+/// Called with progress reports while a command runs.
+pub type ProgressFn = Arc<dyn Fn(ExecProgress) + Send + Sync>;
+
+/// One command to run.
+#[derive(Clone)]
+pub struct ExecRequest {
+    /// The shell command line, run with `sh -c`.
+    pub command: String,
+    /// Working directory: absolute, already confined to the workspace by the caller.
+    pub cwd: PathBuf,
+    /// Time limit; on expiry the whole tree is killed.
+    pub timeout: Duration,
+    /// The most output bytes (stdout and stderr together) the result shows.
+    pub max_output_bytes: usize,
+    /// Which environment variables the command inherits.
+    pub env: EnvPolicy,
+    /// Where the full output of a truncated call is saved, as `{call_id}.log`.
+    pub spill_dir: Option<PathBuf>,
+    /// This call's id (names the spill file).
+    pub call_id: String,
+    /// Cancelling it kills the whole tree.
+    pub cancel: CancellationToken,
+    /// Called about once a second while the command runs.
+    pub on_progress: Option<ProgressFn>,
+}
+
+impl std::fmt::Debug for ExecRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecRequest")
+            .field("command", &self.command)
+            .field("cwd", &self.cwd)
+            .field("timeout", &self.timeout)
+            .field("max_output_bytes", &self.max_output_bytes)
+            .field("spill_dir", &self.spill_dir)
+            .field("call_id", &self.call_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecRequest {
+    /// A request with defaults: 60 s, 100 000 bytes, secrets scrubbed, no spill file.
+    pub fn new(command: impl Into<String>, cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            command: command.into(),
+            cwd: cwd.into(),
+            timeout: Duration::from_secs(60),
+            max_output_bytes: 100_000,
+            env: EnvPolicy::default(),
+            spill_dir: None,
+            call_id: "call".into(),
+            cancel: CancellationToken::new(),
+            on_progress: None,
+        }
+    }
+}
+
+/// What a command did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutcome {
+    /// Exit code, when it exited normally.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, e.g. `"SIGKILL"`.
+    pub signal: Option<String>,
+    /// Stdout, shaped head + tail.
+    pub stdout: String,
+    /// Stderr, shaped head + tail.
+    pub stderr: String,
+    /// The time limit expired and the tree was killed.
+    pub timed_out: bool,
+    /// The call was cancelled and the tree was killed.
+    pub cancelled: bool,
+    /// Some output was cut from `stdout` or `stderr`.
+    pub truncated: bool,
+    /// Wall-clock duration.
+    pub duration_ms: u64,
+    /// Total bytes the command wrote to stdout.
+    pub stdout_bytes: u64,
+    /// Total bytes the command wrote to stderr.
+    pub stderr_bytes: u64,
+    /// The file holding the full stdout+stderr (interleaved as they arrived) when truncated.
+    pub full_output: Option<PathBuf>,
+}
+
+impl ExecOutcome {
+    /// Whether the command exited with code 0.
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out && !self.cancelled
+    }
+
+    /// The text the model reads: how it ended, then stdout and stderr.
+    pub fn model_text(&self) -> String {
+        let mut text = String::new();
+        if self.timed_out {
+            let _ = writeln!(
+                text,
+                "timed out after {} ms; the command and all its processes were killed",
+                self.duration_ms
+            );
+        } else if self.cancelled {
+            text.push_str("cancelled; the command and all its processes were killed\n");
+        } else if let Some(sig) = &self.signal {
+            let _ = writeln!(text, "killed by signal {sig}");
+        } else if let Some(code) = self.exit_code {
+            let _ = writeln!(text, "exit code: {code}");
+        }
+        if self.stdout.is_empty() && self.stderr.is_empty() {
+            text.push_str("(no output)\n");
+        }
+        for (name, body) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            if body.is_empty() {
+                continue;
+            }
+            let _ = writeln!(text, "--- {name} ---");
+            text.push_str(body);
+            if !body.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        if self.truncated {
+            match &self.full_output {
+                Some(p) => {
+                    let _ = writeln!(text, "(output truncated; full output in {})", p.display());
+                }
+                None => text.push_str("(output truncated)\n"),
+            }
+        }
+        text
+    }
+}
+
+/// Run `req.command` with `sh -c` and capture its bounded output.
+pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
+    if req.command.trim().is_empty() {
+        return Err(ToolError::InvalidArguments("command is empty".into()));
+    }
+    if !req.cwd.is_dir() {
+        return Err(ToolError::FileNotFound(req.cwd.clone()));
+    }
+    let mechanism = tree::mechanism();
+    let (mut child, tree) = match spawn(&req, mechanism) {
+        Ok(spawned) => spawned,
+        // The namespace may be refused later than the probe saw (e.g. a limit on namespaces).
+        Err(e) if mechanism != &Mechanism::ProcessGroup && is_namespace_refusal(&e) => {
+            tracing::warn!(error = %e, "tree-kill mechanism refused; falling back to the process group");
+            spawn(&req, &Mechanism::ProcessGroup)?
+        }
+        Err(e) => return Err(e),
+    };
+    let started = Instant::now();
+    tracing::debug!(command = %req.command, cwd = %req.cwd.display(), pid = ?child.id(), "spawned");
+
+    let (Some(mut out), Some(mut err)) = (child.stdout.take(), child.stderr.take()) else {
+        tree.kill();
+        return Err(ToolError::Io(
+            "the command's output pipes are missing".into(),
+        ));
+    };
+    let mut capture = Capture::new(&req);
+    let mut out_buf = vec![0u8; CHUNK];
+    let mut err_buf = vec![0u8; CHUNK];
+    let (mut out_open, mut err_open) = (true, true);
+    let mut status: Option<ExitStatus> = None;
+    let (mut timed_out, mut cancelled) = (false, false);
+    // When the command exited, and when to stop reading after a kill.
+    let mut exited_at: Option<tokio::time::Instant> = None;
+    let mut give_up_at: Option<tokio::time::Instant> = None;
+    let mut killed = false;
+    let deadline = tokio::time::Instant::now() + req.timeout;
+    let mut progress =
+        tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
+
+    loop {
+        if status.is_some() && !out_open && !err_open {
+            break;
+        }
+        tokio::select! {
+            r = out.read(&mut out_buf), if out_open => match r {
+                Ok(0) | Err(_) => out_open = false,
+                Ok(n) => capture.push(Stream::Out, &out_buf[..n]),
+            },
+            r = err.read(&mut err_buf), if err_open => match r {
+                Ok(0) | Err(_) => err_open = false,
+                Ok(n) => capture.push(Stream::Err, &err_buf[..n]),
+            },
+            st = child.wait(), if status.is_none() => {
+                status = Some(st.map_err(|e| ToolError::Io(format!("waiting for the command: {e}")))?);
+                exited_at = Some(tokio::time::Instant::now());
+            }
+            _ = tokio::time::sleep_until(deadline), if !killed && status.is_none() => {
+                timed_out = true;
+                tree.kill();
+                killed = true;
+                give_up_at = Some(tokio::time::Instant::now() + DRAIN_GRACE);
+            }
+            _ = req.cancel.cancelled(), if !killed && status.is_none() => {
+                cancelled = true;
+                tree.kill();
+                killed = true;
+                give_up_at = Some(tokio::time::Instant::now() + DRAIN_GRACE);
+            }
+            _ = tokio::time::sleep_until(exited_at.unwrap_or(far) + EXIT_GRACE), if exited_at.is_some() && !killed => {
+                // The command exited but something it started still holds its pipes.
+                tree.kill();
+                killed = true;
+                give_up_at = Some(tokio::time::Instant::now() + DRAIN_GRACE);
+            }
+            _ = tokio::time::sleep_until(give_up_at.unwrap_or(far)), if give_up_at.is_some() && (out_open || err_open) => {
+                // A process outside our reach still holds the pipes: stop reading them.
+                out_open = false;
+                err_open = false;
+            }
+            _ = tokio::time::sleep_until(give_up_at.unwrap_or(far) + REAP_GRACE), if give_up_at.is_some() => {
+                tracing::error!(command = %req.command, "a killed command was not reaped; abandoning it");
+                break;
+            }
+            _ = progress.tick() => {
+                if let Some(cb) = &req.on_progress {
+                    cb(ExecProgress {
+                        elapsed: started.elapsed(),
+                        stdout_bytes: capture.stdout.total_bytes(),
+                        stderr_bytes: capture.stderr.total_bytes(),
+                    });
+                }
+            }
+        }
+    }
+    tree.cleanup();
+
+    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let (exit_code, signal) = describe(status);
+    let outcome = capture.finish(exit_code, signal, timed_out, cancelled, duration_ms);
+    tracing::debug!(
+        command = %req.command,
+        exit_code = ?outcome.exit_code,
+        signal = ?outcome.signal,
+        timed_out,
+        cancelled,
+        duration_ms,
+        "command finished"
+    );
+    Ok(outcome)
+}
+
+fn spawn(
+    req: &ExecRequest,
+    mechanism: &Mechanism,
+) -> Result<(tokio::process::Child, tree::Tree), ToolError> {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(&req.command)
+        .current_dir(&req.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_clear()
+        .envs(req.env.build(std::env::vars_os()))
+        .kill_on_drop(false);
+    let prepared = tree::prepare(&mut cmd, mechanism)
+        .map_err(|e| ToolError::Io(format!("preparing the command's cgroup: {e}")))?;
+    match cmd.spawn() {
+        Ok(child) => {
+            let pid = child.id().unwrap_or(0);
+            Ok((child, prepared.spawned(pid)))
+        }
+        Err(e) => {
+            prepared.abandon();
+            Err(ToolError::Io(format!("cannot start `sh -c`: {e}")))
+        }
+    }
+}
+
+fn is_namespace_refusal(e: &ToolError) -> bool {
+    matches!(e, ToolError::Io(m) if m.contains("Operation not permitted") || m.contains("Invalid argument") || m.contains("No space left"))
+}
+
+/// Exit code and signal name of a status (neither when it was never reaped).
+fn describe(status: Option<ExitStatus>) -> (Option<i32>, Option<String>) {
+    let Some(st) = status else {
+        return (None, None);
+    };
+    let signal = st
+        .signal()
+        .map(|n| match nix::sys::signal::Signal::try_from(n) {
+            Ok(s) => s.as_str().to_string(),
+            Err(_) => format!("signal {n}"),
+        });
+    (st.code(), signal)
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Out,
+    Err,
+}
+
+/// Bounded capture of both streams, plus the spill file once the output outgrows the limit.
+struct Capture {
+    stdout: HeadTail,
+    stderr: HeadTail,
+    stdout_cap: usize,
+    stderr_cap: usize,
+    spill: Spill,
+}
+
+impl Capture {
+    fn new(req: &ExecRequest) -> Self {
+        // An even split: build tools write their logs to stderr, tests theirs to stdout.
+        let half = req.max_output_bytes / 2;
+        let spill = match &req.spill_dir {
+            Some(dir) => Spill::Pending {
+                path: dir.join(format!("{}.log", file_safe(&req.call_id))),
+                buffered: Vec::new(),
+            },
+            None => Spill::Off,
+        };
+        Self {
+            stdout: HeadTail::new(half),
+            stderr: HeadTail::new(req.max_output_bytes - half),
+            stdout_cap: half,
+            stderr_cap: req.max_output_bytes - half,
+            spill,
+        }
+    }
+
+    fn push(&mut self, stream: Stream, chunk: &[u8]) {
+        match stream {
+            Stream::Out => self.stdout.push(chunk),
+            Stream::Err => self.stderr.push(chunk),
+        }
+        // Spill as soon as either stream no longer fits its share.
+        let overflow = self.stdout.total_bytes() > self.stdout_cap as u64
+            || self.stderr.total_bytes() > self.stderr_cap as u64;
+        self.spill.push(chunk, overflow);
+    }
+
+    fn finish(
+        self,
+        exit_code: Option<i32>,
+        signal: Option<String>,
+        timed_out: bool,
+        cancelled: bool,
+        duration_ms: u64,
+    ) -> ExecOutcome {
+        let (stdout_bytes, stderr_bytes) = (self.stdout.total_bytes(), self.stderr.total_bytes());
+        let full_output = self.spill.finish();
+        let hint = full_output
+            .as_ref()
+            .map(|p| format!("full output in {}", p.display()));
+        let out: Shaped = self.stdout.finish(hint.as_deref());
+        let err: Shaped = self.stderr.finish(hint.as_deref());
+        let truncated = out.truncated() || err.truncated();
+        ExecOutcome {
+            exit_code,
+            signal,
+            stdout: out.text,
+            stderr: err.text,
+            timed_out,
+            cancelled,
+            truncated,
+            duration_ms,
+            stdout_bytes,
+            stderr_bytes,
+            full_output: if truncated { full_output } else { None },
+        }
+    }
+}
+
+/// The full output: kept in memory while it fits the limit, then streamed to a file.
+enum Spill {
+    Off,
+    Pending { path: PathBuf, buffered: Vec<u8> },
+    Writing { path: PathBuf, file: File },
+    Failed,
+}
+
+impl Spill {
+    fn push(&mut self, chunk: &[u8], overflow: bool) {
+        match self {
+            Spill::Off | Spill::Failed => {}
+            Spill::Pending { path, buffered } => {
+                if !overflow {
+                    buffered.extend_from_slice(chunk);
+                    return;
+                }
+                let opened = File::create(&*path).and_then(|mut f| {
+                    f.write_all(buffered)?;
+                    f.write_all(chunk)?;
+                    Ok(f)
+                });
+                *self = match opened {
+                    Ok(file) => Spill::Writing {
+                        path: std::mem::take(path),
+                        file,
+                    },
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot write the spill file");
+                        Spill::Failed
+                    }
+                };
+            }
+            Spill::Writing { path, file } => {
+                if let Err(e) = file.write_all(chunk) {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot write the spill file");
+                    let _ = std::fs::remove_file(&*path);
+                    *self = Spill::Failed;
+                }
+            }
+        }
+    }
+
+    /// The spill file, when the output outgrew memory and was saved whole.
+    fn finish(self) -> Option<PathBuf> {
+        match self {
+            Spill::Writing { path, mut file } => match file.flush() {
+                Ok(()) => Some(path),
+                Err(_) => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// `call_id` made safe as a file name.
+fn file_safe(id: &str) -> String {
+    let s: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s.starts_with('.') {
+        format!("call{s}")
+    } else {
+        s
+    }
+}

@@ -1,0 +1,581 @@
+//! Lane sandboxes, applied once to a runner process in `main`, before any thread starts, and
+//! inherited by every command it runs.
+//!
+//! | lane | what is enforced |
+//! |---|---|
+//! | all | Landlock: writes only in the workspace, the private temp dir and `extra_write`; reads everywhere except the denied secret paths; Landlock scopes (no signals or abstract-socket connections outside the sandbox); `no_new_privs` |
+//! | `no-net` | a new network namespace (with a user namespace when not root): only a private loopback; a seccomp filter allowing only AF_UNIX sockets where no namespace can be made; fails closed unless `allow_unsandboxed_no_net` |
+//! | `net` | network allowed |
+//! | `heavy` | like `net`, plus rlimits (data size, processes, CPU seconds) and cgroup v2 memory / pids limits where a delegated cgroup has those controllers; `slots` for the runner |
+//!
+//! ```no_run
+//! use toolyard_core::Lane;
+//! use toolyard_exec::sandbox::{self, LanePolicy};
+//!
+//! // In the runner's main, before building the tokio runtime:
+//! let policy = LanePolicy::new(Lane::NoNet, "/work/project".into(), "/tmp/toolyard-no-net".into());
+//! let report = sandbox::apply(&policy).expect("sandbox");
+//! eprintln!("{report}");
+//! ```
+
+mod fs;
+mod limits;
+mod net;
+mod report;
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toolyard_core::Lane;
+
+use crate::tree::IdMaps;
+pub use report::{FeatureReport, FeatureStatus, SandboxReport};
+
+/// Set to `1` to skip the network namespace of `no-net`, e.g. to test the seccomp fallback.
+pub const SKIP_NETNS_ENV: &str = "TOOLYARD_SANDBOX_SKIP_NETNS";
+
+/// Secret locations whose reads are denied by default (`~` is the home directory).
+pub const DEFAULT_DENY_READ: &[&str] = &[
+    "~/.ssh",
+    "~/.aws",
+    "~/.gnupg",
+    "~/.config/gh",
+    "~/.netrc",
+    "~/.docker",
+    "~/.kube",
+    "~/.config/gcloud",
+    "~/.azure",
+    "~/.npmrc",
+    "~/.pypirc",
+    "~/.git-credentials",
+];
+
+/// The `[sandbox]` catalog section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Paths whose reads are denied; replaces [`DEFAULT_DENY_READ`] when set.
+    #[serde(default)]
+    pub deny_read: Option<Vec<String>>,
+    /// More trees that commands may write (e.g. `~/.cargo`).
+    #[serde(default)]
+    pub extra_write: Vec<String>,
+    /// Let `no-net` run without network isolation when the kernel cannot provide it.
+    #[serde(default)]
+    pub allow_unsandboxed_no_net: bool,
+}
+
+/// Resource limits of a lane (`[lanes.heavy]` in the catalog); unset fields take the lane's
+/// defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaneLimits {
+    /// Data size limit per process (RLIMIT_DATA) and cgroup memory.max, in MiB.
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+    /// Process limit (RLIMIT_NPROC, and cgroup pids.max).
+    #[serde(default)]
+    pub max_processes: Option<u64>,
+    /// CPU time limit per process (RLIMIT_CPU), in seconds.
+    #[serde(default)]
+    pub cpu_seconds: Option<u64>,
+    /// How many calls the lane's runner runs at once.
+    #[serde(default)]
+    pub slots: Option<usize>,
+}
+
+impl LaneLimits {
+    /// The defaults of `lane`: the heavy lane is limited, the others are not.
+    pub fn defaults(lane: Lane) -> Self {
+        match lane {
+            Lane::Heavy => Self {
+                memory_mb: Some(8192),
+                max_processes: Some(4096),
+                cpu_seconds: Some(3600),
+                slots: Some(2),
+            },
+            Lane::NoNet | Lane::Net => Self {
+                slots: Some(8),
+                ..Self::default()
+            },
+        }
+    }
+
+    /// These limits with unset fields taken from `defaults`.
+    pub fn or(self, defaults: Self) -> Self {
+        Self {
+            memory_mb: self.memory_mb.or(defaults.memory_mb),
+            max_processes: self.max_processes.or(defaults.max_processes),
+            cpu_seconds: self.cpu_seconds.or(defaults.cpu_seconds),
+            slots: self.slots.or(defaults.slots),
+        }
+    }
+
+    /// How many calls run at once (at least 1).
+    pub fn slots(&self) -> usize {
+        self.slots.unwrap_or(1).max(1)
+    }
+}
+
+/// The `[lanes]` catalog section: limits per lane.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LanesConfig {
+    /// `[lanes.no-net]`.
+    #[serde(default, rename = "no-net")]
+    pub no_net: Option<LaneLimits>,
+    /// `[lanes.net]`.
+    #[serde(default)]
+    pub net: Option<LaneLimits>,
+    /// `[lanes.heavy]`.
+    #[serde(default)]
+    pub heavy: Option<LaneLimits>,
+}
+
+impl LanesConfig {
+    /// The limits of `lane`, defaults filled in.
+    pub fn limits(&self, lane: Lane) -> LaneLimits {
+        let set = match lane {
+            Lane::NoNet => self.no_net,
+            Lane::Net => self.net,
+            Lane::Heavy => self.heavy,
+        };
+        set.unwrap_or_default().or(LaneLimits::defaults(lane))
+    }
+}
+
+/// Everything [`apply`] needs to sandbox a runner of one lane.
+#[derive(Debug, Clone)]
+pub struct LanePolicy {
+    /// The lane.
+    pub lane: Lane,
+    /// The workspace root (writable).
+    pub workspace: PathBuf,
+    /// The runner's private temp dir (writable; created when missing; becomes `TMPDIR`).
+    pub temp_dir: PathBuf,
+    /// The `[sandbox]` section.
+    pub config: SandboxConfig,
+    /// The lane's limits (used by `heavy`).
+    pub limits: LaneLimits,
+}
+
+impl LanePolicy {
+    /// A policy with the default configuration and the lane's default limits.
+    pub fn new(lane: Lane, workspace: PathBuf, temp_dir: PathBuf) -> Self {
+        Self {
+            lane,
+            workspace,
+            temp_dir,
+            config: SandboxConfig::default(),
+            limits: LaneLimits::defaults(lane),
+        }
+    }
+}
+
+/// The sandbox could not be applied as the policy demands.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// `apply` must run before any other thread exists.
+    #[error(
+        "the sandbox must be applied before any thread starts, but this process has {threads} threads; call sandbox::apply at the top of main, before building the async runtime"
+    )]
+    Threaded {
+        /// How many threads there were.
+        threads: usize,
+    },
+    /// `no-net` was asked for but the kernel offers no way to enforce it.
+    #[error(
+        "lane no-net cannot be isolated from the network here ({reason}); set `allow_unsandboxed_no_net = true` in [sandbox] to run it anyway"
+    )]
+    NoNetUnavailable {
+        /// What failed.
+        reason: String,
+    },
+    /// A path of the policy cannot be used.
+    #[error("sandbox path {path}: {reason}")]
+    Path {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Landlock refused the ruleset.
+    #[error("landlock: {0}")]
+    Landlock(String),
+    /// The seccomp filter could not be built or loaded.
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+}
+
+/// Apply `policy` to this process and everything it starts later. Call it once, in `main`,
+/// before any thread starts.
+pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
+    let threads = thread_count();
+    if threads > 1 {
+        return Err(SandboxError::Threaded { threads });
+    }
+    let mut report = SandboxReport {
+        lane: Some(policy.lane),
+        features: Vec::new(),
+    };
+    let home = home_dir();
+    let workspace = existing_dir(&policy.workspace)?;
+    std::fs::create_dir_all(&policy.temp_dir).map_err(|e| SandboxError::Path {
+        path: policy.temp_dir.clone(),
+        reason: e.to_string(),
+    })?;
+    let temp_dir = existing_dir(&policy.temp_dir)?;
+
+    // Namespaces first: unshare(CLONE_NEWUSER) needs the process as it starts.
+    let root = net::is_root();
+    let mut netns = false;
+    if policy.lane == Lane::NoNet {
+        let maps = (!root).then(IdMaps::current);
+        let attempt = if std::env::var(SKIP_NETNS_ENV).is_ok_and(|v| v == "1") {
+            Err(std::io::Error::other(format!(
+                "skipped ({SKIP_NETNS_ENV}=1)"
+            )))
+        } else {
+            net::unshare(libc::CLONE_NEWNET, maps.as_ref())
+        };
+        match attempt {
+            Ok(()) => {
+                netns = true;
+                let lo = match net::loopback_up() {
+                    Ok(()) => "a private loopback only".to_string(),
+                    Err(e) => format!("not even a loopback ({e})"),
+                };
+                let user = if root {
+                    ""
+                } else {
+                    " inside a new user namespace"
+                };
+                report.add(
+                    "net-namespace",
+                    FeatureStatus::Enforced,
+                    format!("new network namespace{user}: {lo}; the host's network and loopback are unreachable"),
+                );
+            }
+            Err(e) => report.add(
+                "net-namespace",
+                FeatureStatus::NotEnforced,
+                format!("cannot create a network namespace: {e}"),
+            ),
+        }
+    } else {
+        if !root {
+            // Our own user namespace lets each command get a PID namespace later on.
+            match net::unshare(0, Some(&IdMaps::current())) {
+                Ok(()) => report.add(
+                    "user-namespace",
+                    FeatureStatus::Enforced,
+                    "own user namespace (for per-command PID namespaces)",
+                ),
+                Err(e) => report.add(
+                    "user-namespace",
+                    FeatureStatus::NotEnforced,
+                    format!("cannot create a user namespace: {e}"),
+                ),
+            }
+        }
+        report.add(
+            "net-namespace",
+            FeatureStatus::NotRequested,
+            "network allowed",
+        );
+    }
+
+    if policy.lane == Lane::Heavy {
+        limits::apply_rlimits(&policy.limits, &mut report);
+        limits::apply_cgroup(&policy.limits, &mut report);
+    }
+
+    // Decide how commands' trees are killed while the cgroup tree is still writable.
+    let mechanism = crate::tree::mechanism();
+    let mut writable = vec![workspace, temp_dir.clone()];
+    if let crate::tree::Mechanism::Cgroup(dir) = mechanism {
+        writable.push(dir.clone());
+    }
+    report.add(
+        "tree-kill",
+        match mechanism {
+            crate::tree::Mechanism::ProcessGroup => FeatureStatus::Partial,
+            _ => FeatureStatus::Enforced,
+        },
+        format!(
+            "{} (a timed-out or cancelled command's whole tree is killed)",
+            mechanism_note(mechanism)
+        ),
+    );
+    for extra in &policy.config.extra_write {
+        let path = expand_home(extra, home.as_deref());
+        match path.canonicalize() {
+            Ok(p) => writable.push(p),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "extra_write path skipped")
+            }
+        }
+    }
+    let denied = denied_paths(&policy.config, home.as_deref());
+
+    // SAFETY: checked above that this process is single-threaded, so nothing reads the
+    // environment concurrently.
+    unsafe {
+        for var in ["TMPDIR", "TMP", "TEMP"] {
+            std::env::set_var(var, &temp_dir);
+        }
+    }
+
+    let fs = fs::restrict(&writable, &denied)?;
+    report.add("landlock-fs", fs.status, fs.detail);
+    report.add(
+        "landlock-scope",
+        fs.scope_status,
+        "no signals to, and no abstract unix sockets of, processes outside the sandbox",
+    );
+    // Landlock's restrict_self sets no_new_privs; make sure of it even without Landlock.
+    // SAFETY: prctl with constant arguments.
+    let nnp = fs.no_new_privs || unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0;
+    report.add(
+        "no_new_privs",
+        if nnp {
+            FeatureStatus::Enforced
+        } else {
+            FeatureStatus::NotEnforced
+        },
+        "setuid binaries and file capabilities grant nothing",
+    );
+
+    if policy.lane == Lane::NoNet {
+        if netns {
+            report.add(
+                "seccomp-net",
+                FeatureStatus::NotRequested,
+                "the network namespace isolates already",
+            );
+        } else {
+            let applied = net::socket_filter().and_then(|prog| {
+                seccompiler::apply_filter_all_threads(&prog).map_err(|e| e.to_string())
+            });
+            match applied {
+                Ok(()) => report.add(
+                    "seccomp-net",
+                    FeatureStatus::Enforced,
+                    "socket() allows only AF_UNIX; io_uring refused",
+                ),
+                Err(e) if policy.config.allow_unsandboxed_no_net => {
+                    tracing::warn!(error = %e, "no-net runs WITHOUT network isolation (allow_unsandboxed_no_net)");
+                    report.add(
+                        "seccomp-net",
+                        FeatureStatus::NotEnforced,
+                        format!("{e}; network NOT isolated (allow_unsandboxed_no_net = true)"),
+                    );
+                }
+                Err(e) => {
+                    return Err(SandboxError::NoNetUnavailable {
+                        reason: format!("no network namespace, and seccomp failed: {e}"),
+                    });
+                }
+            }
+        }
+    }
+    tracing::info!(lane = %policy.lane, "sandbox applied\n{report}");
+    Ok(report)
+}
+
+/// What this kernel can enforce, without applying anything to this process.
+pub fn probe() -> SandboxReport {
+    let mut report = SandboxReport::default();
+    let abi = fs::kernel_abi();
+    if abi > 0 {
+        report.add(
+            "landlock-fs",
+            FeatureStatus::Available,
+            format!("Landlock ABI {abi}"),
+        );
+        let scope = if abi >= 6 {
+            FeatureStatus::Available
+        } else {
+            FeatureStatus::Unavailable
+        };
+        report.add("landlock-scope", scope, "needs Landlock ABI 6");
+    } else {
+        report.add(
+            "landlock-fs",
+            FeatureStatus::Unavailable,
+            "Landlock is not supported or not enabled by this kernel",
+        );
+    }
+    let root = net::is_root();
+    let ns = if root {
+        "CLONE_NEWNET"
+    } else {
+        "CLONE_NEWUSER|CLONE_NEWNET"
+    };
+    let maps = (!root).then(IdMaps::current);
+    match in_child(move || net::unshare(libc::CLONE_NEWNET, maps.as_ref())) {
+        Ok(()) => report.add(
+            "net-namespace",
+            FeatureStatus::Available,
+            format!("{ns} works"),
+        ),
+        Err(e) => report.add(
+            "net-namespace",
+            FeatureStatus::Unavailable,
+            format!("{ns}: {e}"),
+        ),
+    }
+    let seccomp = net::socket_filter()
+        .map_err(std::io::Error::other)
+        .and_then(|prog| {
+            in_child(move || seccompiler::apply_filter(&prog).map_err(std::io::Error::other))
+        });
+    match seccomp {
+        Ok(()) => report.add(
+            "seccomp-net",
+            FeatureStatus::Available,
+            "socket family filter loads",
+        ),
+        Err(e) => report.add("seccomp-net", FeatureStatus::Unavailable, e.to_string()),
+    }
+    report.add(
+        "tree-kill",
+        FeatureStatus::Available,
+        mechanism_note(crate::tree::mechanism()),
+    );
+    match crate::tree::own_cgroup_v2_dir() {
+        Some(dir) => {
+            let controllers =
+                std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+            let has = |c: &str| controllers.split_whitespace().any(|a| a == c);
+            let status = if has("memory") && has("pids") {
+                FeatureStatus::Available
+            } else {
+                FeatureStatus::Unavailable
+            };
+            report.add(
+                "cgroup-limits",
+                status,
+                format!("{} controllers: {}", dir.display(), controllers.trim()),
+            );
+        }
+        None => report.add(
+            "cgroup-limits",
+            FeatureStatus::Unavailable,
+            "no cgroup v2 hierarchy",
+        ),
+    }
+    report.add(
+        "rlimits",
+        FeatureStatus::Available,
+        "RLIMIT_DATA, RLIMIT_NPROC, RLIMIT_CPU",
+    );
+    report
+}
+
+fn mechanism_note(m: &crate::tree::Mechanism) -> String {
+    use crate::tree::Mechanism;
+    match m {
+        Mechanism::PidNamespace => "a PID namespace per command".into(),
+        Mechanism::UserPidNamespace => "a user and PID namespace per command".into(),
+        Mechanism::Cgroup(dir) => {
+            format!("a cgroup per command under {} (cgroup.kill)", dir.display())
+        }
+        Mechanism::ProcessGroup => {
+            "process group only: descendants that call setsid can survive".into()
+        }
+    }
+}
+
+/// Run `test` in a forked child (via a spawn of `/bin/true`) so this process stays untouched.
+fn in_child<F>(test: F) -> std::io::Result<()>
+where
+    F: Fn() -> std::io::Result<()> + Send + Sync + 'static,
+{
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new("/bin/true");
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: the tests only make syscalls on data prepared before the fork.
+    unsafe {
+        cmd.pre_exec(test);
+    }
+    let status = cmd.status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "test child ended with {status}"
+        )))
+    }
+}
+
+fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(1)
+}
+
+fn existing_dir(path: &Path) -> Result<PathBuf, SandboxError> {
+    let p = path.canonicalize().map_err(|e| SandboxError::Path {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    if !p.is_dir() {
+        return Err(SandboxError::Path {
+            path: p,
+            reason: "not a directory".into(),
+        });
+    }
+    Ok(p)
+}
+
+fn home_dir() -> Option<PathBuf> {
+    if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        return Some(PathBuf::from(h));
+    }
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
+}
+
+fn expand_home(path: &str, home: Option<&Path>) -> PathBuf {
+    match (path.strip_prefix("~/"), home) {
+        (Some(rest), Some(home)) => home.join(rest),
+        _ if path == "~" => home
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from(path)),
+        _ => PathBuf::from(path),
+    }
+}
+
+/// The denied paths, as given and with symlinks resolved (the target is what must be hidden).
+fn denied_paths(config: &SandboxConfig, home: Option<&Path>) -> Vec<PathBuf> {
+    let list: Vec<String> = match &config.deny_read {
+        Some(l) => l.clone(),
+        None => DEFAULT_DENY_READ.iter().map(|s| s.to_string()).collect(),
+    };
+    let mut out = Vec::new();
+    for item in list {
+        let path = expand_home(&item, home);
+        if !path.is_absolute() {
+            tracing::warn!(path = %item, "deny_read path is not absolute; skipped");
+            continue;
+        }
+        // Also under the resolved home, so a symlinked home is covered when the entry is absent.
+        if let Some(home) = home {
+            if let (Ok(rel), Ok(real_home)) = (path.strip_prefix(home), home.canonicalize()) {
+                out.push(real_home.join(rel));
+            }
+        }
+        if let Ok(real) = path.canonicalize() {
+            out.push(real);
+        }
+        out.push(path);
+    }
+    out.sort();
+    out.dedup();
+    out
+}

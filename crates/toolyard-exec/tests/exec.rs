@@ -1,0 +1,313 @@
+//! Behaviour of `exec::run`: status, bounded output, timeouts and cancellation that kill the
+//! whole tree. Every wait has a generous upper bound so a regression fails instead of hanging.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use toolyard_exec::{EnvPolicy, ExecConfig, ExecOutcome, ExecRequest, run, tree_kill_mechanism};
+
+/// A number no other test (or test run) uses, to find "our" sleep in /proc.
+fn unique_token() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}{:03}",
+        100_000 + std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Pids of live (non-zombie) processes whose command line is `sleep <token>`.
+fn sleepers(token: &str) -> Vec<u32> {
+    let needle = format!("sleep\0{token}\0");
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&cmdline).ends_with(&needle) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Wait (bounded) until no `sleep <token>` is alive; returns the survivors.
+fn survivors_after_grace(token: &str) -> Vec<u32> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = sleepers(token);
+        if left.is_empty() || Instant::now() > until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn request(dir: &Path, command: &str) -> ExecRequest {
+    let mut req = ExecRequest::new(command, dir);
+    req.timeout = Duration::from_secs(60);
+    req
+}
+
+async fn run_bounded(req: ExecRequest) -> ExecOutcome {
+    tokio::time::timeout(Duration::from_secs(120), run(req))
+        .await
+        .expect("run() hung")
+        .expect("run() failed")
+}
+
+#[tokio::test]
+async fn exit_code_stdout_and_stderr_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_bounded(request(dir.path(), "echo out; echo err >&2; exit 3")).await;
+    assert_eq!(out.exit_code, Some(3));
+    assert_eq!(out.signal, None);
+    assert_eq!(out.stdout, "out\n");
+    assert_eq!(out.stderr, "err\n");
+    assert!(!out.timed_out && !out.cancelled && !out.truncated);
+    let text = out.model_text();
+    assert!(text.starts_with("exit code: 3\n"), "{text}");
+    assert!(
+        text.contains("--- stdout ---\nout\n--- stderr ---\nerr\n"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn exit_code_of_the_last_command_is_faithful() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(
+        run_bounded(request(dir.path(), "exit 42")).await.exit_code,
+        Some(42)
+    );
+    assert_eq!(
+        run_bounded(request(dir.path(), "true")).await.exit_code,
+        Some(0)
+    );
+    assert_eq!(
+        run_bounded(request(dir.path(), "no-such-command-xyz"))
+            .await
+            .exit_code,
+        Some(127)
+    );
+}
+
+#[tokio::test]
+async fn signal_that_killed_the_command_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_bounded(request(dir.path(), "kill -TERM $$")).await;
+    assert_eq!(out.exit_code, None);
+    assert_eq!(out.signal.as_deref(), Some("SIGTERM"));
+    assert!(out.model_text().starts_with("killed by signal SIGTERM"));
+    let out = run_bounded(request(dir.path(), "kill -SEGV $$")).await;
+    assert_eq!(out.signal.as_deref(), Some("SIGSEGV"));
+}
+
+#[tokio::test]
+async fn empty_output_says_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_bounded(request(dir.path(), "true")).await;
+    assert!(
+        out.model_text().contains("(no output)"),
+        "{}",
+        out.model_text()
+    );
+}
+
+#[tokio::test]
+async fn runs_in_cwd_with_stdin_from_dev_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().canonicalize().unwrap();
+    let out = run_bounded(request(&real, "pwd; cat; echo after-cat")).await;
+    assert_eq!(out.stdout, format!("{}\nafter-cat\n", real.display()));
+}
+
+#[tokio::test]
+async fn missing_cwd_is_an_error() {
+    let err = run(request(Path::new("/no/such/dir/xyz"), "true"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "file_not_found");
+}
+
+#[tokio::test]
+async fn timeout_kills_a_setsid_grandchild_and_returns_partial_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = unique_token();
+    let mut req = request(
+        dir.path(),
+        &format!("echo started; setsid sleep {token} & sleep 1000"),
+    );
+    req.timeout = Duration::from_millis(700);
+    let out = run_bounded(req).await;
+    assert!(out.timed_out);
+    assert_eq!(out.stdout, "started\n");
+    assert!(
+        out.model_text().starts_with("timed out after"),
+        "{}",
+        out.model_text()
+    );
+    assert_eq!(
+        survivors_after_grace(&token),
+        Vec::<u32>::new(),
+        "setsid grandchild survived"
+    );
+}
+
+#[tokio::test]
+async fn timeout_kills_a_double_forked_grandchild() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = unique_token();
+    let cmd = format!("(sh -c 'sleep {token} >/dev/null 2>&1 &' &); echo forked; sleep 1000");
+    let mut req = request(dir.path(), &cmd);
+    req.timeout = Duration::from_millis(700);
+    let out = run_bounded(req).await;
+    assert!(out.timed_out);
+    assert_eq!(out.stdout, "forked\n");
+    assert_eq!(
+        survivors_after_grace(&token),
+        Vec::<u32>::new(),
+        "double-forked grandchild survived"
+    );
+}
+
+#[tokio::test]
+async fn a_background_process_holding_stdout_does_not_hang_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = unique_token();
+    let out = run_bounded(request(
+        dir.path(),
+        &format!("setsid sleep {token} & echo done"),
+    ))
+    .await;
+    assert_eq!(out.exit_code, Some(0));
+    assert!(!out.timed_out);
+    assert_eq!(out.stdout, "done\n");
+    assert_eq!(
+        survivors_after_grace(&token),
+        Vec::<u32>::new(),
+        "background process left behind"
+    );
+}
+
+#[tokio::test]
+async fn cancellation_kills_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = unique_token();
+    let marker = dir.path().join("started");
+    let req = request(
+        dir.path(),
+        &format!("setsid sleep {token} & touch started; sleep 1000"),
+    );
+    let cancel = req.cancel.clone();
+    let task = tokio::spawn(run_bounded(req));
+    let until = Instant::now() + Duration::from_secs(30);
+    while !marker.exists() {
+        assert!(Instant::now() < until, "command never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cancel.cancel();
+    let out = task.await.unwrap();
+    assert!(out.cancelled && !out.timed_out);
+    assert!(out.model_text().starts_with("cancelled"));
+    assert_eq!(
+        survivors_after_grace(&token),
+        Vec::<u32>::new(),
+        "cancelled tree survived"
+    );
+}
+
+#[tokio::test]
+async fn huge_output_keeps_head_and_tail_and_spills_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let spill = tempfile::tempdir().unwrap();
+    let mut req = request(
+        dir.path(),
+        "echo HEAD-MARK; yes 0123456789abcdefghi | head -n 1000000; echo TAIL-MARK; echo ERR-MARK >&2",
+    );
+    req.max_output_bytes = 10_000;
+    req.spill_dir = Some(spill.path().to_path_buf());
+    req.call_id = "call/7".into();
+    let out = run_bounded(req).await;
+    assert_eq!(out.exit_code, Some(0));
+    assert!(out.truncated);
+    assert!(
+        out.stdout.starts_with("HEAD-MARK\n0123456789abcdefghi\n"),
+        "{}",
+        &out.stdout[..100]
+    );
+    assert!(out.stdout.ends_with("0123456789abcdefghi\nTAIL-MARK\n"));
+    assert!(out.stdout.contains("cut from the middle"));
+    assert!(
+        out.stdout.len() <= 5_000 + 300,
+        "stdout is {} bytes",
+        out.stdout.len()
+    );
+    assert_eq!(out.stderr, "ERR-MARK\n");
+    let expected_stdout = 10 + 20 * 1_000_000 + 10;
+    assert_eq!(out.stdout_bytes, expected_stdout);
+    let path = out.full_output.clone().expect("spill file");
+    assert_eq!(path, spill.path().join("call_7.log"));
+    let full = std::fs::read(&path).unwrap();
+    assert_eq!(full.len() as u64, out.stdout_bytes + out.stderr_bytes);
+    assert!(full.starts_with(b"HEAD-MARK\n"));
+    let text = String::from_utf8(full).unwrap();
+    assert!(text.contains("TAIL-MARK\n") && text.contains("ERR-MARK\n"));
+    assert!(
+        out.model_text()
+            .contains(&format!("full output in {}", path.display()))
+    );
+}
+
+#[tokio::test]
+async fn small_output_writes_no_spill_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let spill = tempfile::tempdir().unwrap();
+    let mut req = request(dir.path(), "echo hi");
+    req.spill_dir = Some(spill.path().to_path_buf());
+    let out = run_bounded(req).await;
+    assert!(!out.truncated && out.full_output.is_none());
+    assert_eq!(std::fs::read_dir(spill.path()).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn environment_is_scrubbed_and_set_by_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut req = request(dir.path(), "echo \"[$HOME][$EXTRA][${GITHUB_TOKEN:-}]\"");
+    req.env = EnvPolicy::from_config(&ExecConfig {
+        scrub: Some(vec!["HOM?".into(), "*_TOKEN".into()]),
+        keep: vec![],
+        set: [("EXTRA".to_string(), "yes".to_string())].into(),
+    });
+    let out = run_bounded(req).await;
+    assert_eq!(out.stdout, "[][yes][]\n");
+}
+
+#[tokio::test]
+async fn progress_is_reported_for_long_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let mut req = request(dir.path(), "echo tick; sleep 2.5");
+    req.on_progress = Some(Arc::new(move |_p| {
+        seen.fetch_add(1, Ordering::Relaxed);
+    }));
+    let out = run_bounded(req).await;
+    assert_eq!(out.exit_code, Some(0));
+    assert!(calls.load(Ordering::Relaxed) >= 1);
+}
+
+#[test]
+fn root_gets_a_pid_namespace_per_command() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0
+        && std::env::var_os(toolyard_exec::FORCE_MECHANISM_ENV).is_none()
+    {
+        assert_eq!(tree_kill_mechanism(), "pid-namespace");
+    }
+}

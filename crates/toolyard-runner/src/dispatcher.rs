@@ -1,0 +1,222 @@
+//! The dispatcher: one entry point for every call, from every front door.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use toolyard_core::{
+    Catalog, ProgressSink, ToolContext, ToolDefinition, ToolError, ToolResult, ToolSpec,
+};
+use toolyard_tools::{Dialect, DialectTool, ToolEnv};
+
+use crate::protocol::Job;
+use crate::router::{Router, RunnerSpawn};
+
+/// How calls are executed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// In this process, without a sandbox (embedding, tests).
+    #[default]
+    Inline,
+    /// In a sandboxed runner process per lane, started from this `toolyard` executable.
+    Lanes {
+        /// The `toolyard` binary.
+        exe: PathBuf,
+    },
+}
+
+/// What a dispatcher serves.
+#[derive(Debug, Clone)]
+pub struct DispatcherConfig {
+    /// The workspace root.
+    pub workspace: PathBuf,
+    /// The merged catalog.
+    pub catalog: Catalog,
+    /// The file the catalog came from (runners load it too), if not the built-in one.
+    pub catalog_path: Option<PathBuf>,
+    /// The tool vocabulary.
+    pub dialect: Dialect,
+    /// The profile (`all`, or one of the catalog's loop types).
+    pub profile: String,
+    /// How calls run.
+    pub mode: Mode,
+}
+
+impl DispatcherConfig {
+    /// Defaults: built-in catalog, loopr dialect, profile `all`, inline.
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            workspace: workspace.into(),
+            catalog: Catalog::builtin(),
+            catalog_path: None,
+            dialect: Dialect::Loopr,
+            profile: toolyard_core::ALL_PROFILE.into(),
+            mode: Mode::Inline,
+        }
+    }
+}
+
+/// One call as a front door hands it over.
+pub struct CallRequest {
+    /// The session (read tracking, journal).
+    pub session: String,
+    /// The tool's name in the dispatcher's dialect.
+    pub tool: String,
+    /// Its arguments (a JSON object).
+    pub args: Value,
+    /// Cancelled when the caller gives up.
+    pub cancel: CancellationToken,
+    /// Where progress reports go, if the caller wants them.
+    pub progress: Option<ProgressSink>,
+}
+
+impl CallRequest {
+    /// A call with no cancellation and no progress.
+    pub fn new(session: impl Into<String>, tool: impl Into<String>, args: Value) -> Self {
+        Self {
+            session: session.into(),
+            tool: tool.into(),
+            args,
+            cancel: CancellationToken::new(),
+            progress: None,
+        }
+    }
+}
+
+/// Routes calls to tools: dialect names, profile filter, catalog limits, execution.
+pub struct Dispatcher {
+    env: Arc<ToolEnv>,
+    tools: BTreeMap<String, DialectTool>,
+    config: DispatcherConfig,
+    router: Option<Router>,
+    calls: AtomicU64,
+}
+
+impl Dispatcher {
+    /// Open the workspace and build the dialect's tools, filtered by the profile.
+    pub fn new(config: DispatcherConfig) -> Result<Self, ToolError> {
+        let env = Arc::new(ToolEnv::open(&config.workspace, config.catalog.clone())?);
+        let allowed = config
+            .catalog
+            .profile(&config.profile)
+            .map_err(ToolError::InvalidArguments)?;
+        let tools = toolyard_tools::dialect::tools(&env, config.dialect)?
+            .into_iter()
+            .filter(|t| allowed.iter().any(|a| a == t.engine))
+            .map(|t| (t.tool.name().to_string(), t))
+            .collect();
+        let router = match &config.mode {
+            Mode::Inline => None,
+            Mode::Lanes { exe } => Some(Router::new(
+                RunnerSpawn {
+                    exe: exe.clone(),
+                    workspace: env.workspace.root().to_path_buf(),
+                    catalog: config.catalog_path.clone(),
+                },
+                env.records.clone(),
+            )),
+        };
+        Ok(Self {
+            env,
+            tools,
+            config,
+            router,
+            calls: AtomicU64::new(0),
+        })
+    }
+
+    /// The shared tool environment.
+    pub fn env(&self) -> &Arc<ToolEnv> {
+        &self.env
+    }
+
+    /// The configuration this dispatcher was built with.
+    pub fn config(&self) -> &DispatcherConfig {
+        &self.config
+    }
+
+    /// The names of the tools served, sorted.
+    pub fn tool_names(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
+    }
+
+    /// Definitions of the tools served, sorted by name; catalog descriptions are appended.
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        self.tools
+            .values()
+            .map(|t| ToolDefinition::of(t.tool.as_ref(), None))
+            .collect()
+    }
+
+    fn spec(&self, engine: &str) -> ToolSpec {
+        self.config
+            .catalog
+            .tool(engine)
+            .cloned()
+            .unwrap_or(ToolSpec {
+                lane: toolyard_core::Lane::NoNet,
+                timeout_ms: 30_000,
+                max_timeout_ms: 600_000,
+                max_output_bytes: toolyard_core::DEFAULT_MAX_OUTPUT_BYTES,
+                description: None,
+            })
+    }
+
+    /// The router, when calls run in lanes.
+    pub fn router(&self) -> Option<&Router> {
+        self.router.as_ref()
+    }
+
+    /// Run one call. Every failure, an unknown tool or a timeout included, is a result.
+    pub async fn call(&self, req: CallRequest) -> ToolResult {
+        let Some(entry) = self.tools.get(&req.tool) else {
+            return ToolError::NotFound(format!(
+                "unknown tool `{}`; available tools: {}",
+                req.tool,
+                self.tool_names().join(", ")
+            ))
+            .into();
+        };
+        let spec = self.spec(entry.engine);
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        let in_server = toolyard_tools::dialect::SERVER_SIDE.contains(&entry.engine);
+        if let (Some(router), false) = (&self.router, in_server) {
+            let job = Job {
+                id: String::new(),
+                session: req.session,
+                call_id: format!("{}-{n}", std::process::id()),
+                dialect: self.config.dialect.to_string(),
+                tool: req.tool,
+                args: req.args,
+                timeout_ms: spec.timeout_ms,
+                max_timeout_ms: spec.max_timeout_ms,
+                max_output_bytes: spec.max_output_bytes,
+            };
+            let progress = req.progress.unwrap_or_else(|| Arc::new(|_| {}));
+            return router.submit(spec.lane, job, req.cancel, progress).await;
+        }
+        let ctx = ToolContext {
+            workspace_root: self.env.workspace.root().to_path_buf(),
+            cwd: self.env.workspace.root().to_path_buf(),
+            session_id: req.session,
+            call_id: format!("{}-{n}", std::process::id()),
+            cancel: req.cancel.clone(),
+            progress: req.progress.unwrap_or_else(|| Arc::new(|_| {})),
+            timeout: spec.timeout(),
+            max_timeout: Duration::from_millis(spec.max_timeout_ms),
+            max_output_bytes: spec.max_output_bytes as usize,
+        };
+        // Tools that take their own timeout enforce it; this bound catches any other hang.
+        let bound = ctx.max_timeout + Duration::from_secs(5);
+        let tool = entry.tool.clone();
+        tokio::select! {
+            r = tool.invoke(req.args, &ctx) => r.into(),
+            _ = req.cancel.cancelled() => ToolError::Cancelled.into(),
+            _ = tokio::time::sleep(bound) => ToolError::Timeout { ms: bound.as_millis() as u64 }.into(),
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The job protocol between the router and a runner process: JSON lines.
+//!
+//! Router → runner (the runner's stdin):
+//! - `{"type":"job","id":"7","session":"s","call_id":"c7","dialect":"loopr","tool":"grep","args":{..},"timeout_ms":60000,"max_timeout_ms":600000,"max_output_bytes":100000}`
+//! - `{"type":"cancel","id":"7"}`
+//! - `{"type":"reply","rid":3,"result":{"ok":..}}` or `{"type":"reply","rid":3,"result":{"err":"message","kind":"stale_read"}}`
+//!
+//! Runner → router (the runner's stdout):
+//! - `{"type":"ready","lane":"no-net","pid":4242,"sandbox":"..."}` once, after the sandbox is on
+//! - `{"type":"result","id":"7","result":{ToolResult}}`
+//! - `{"type":"progress","id":"7","progress":{"progress":3.0,"message":".."}}`
+//! - `{"type":"request","rid":3,"op":{"record_read":{..}}}`: a runner may not write Toolyard's
+//!   state, so it asks the router to record reads, check and record writes, and journal.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolyard_core::{Progress, ToolError, ToolResult};
+
+/// A message to a runner.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToRunner {
+    /// Run a tool.
+    Job(Job),
+    /// Stop a job: cancel its token, which kills its command's process tree.
+    Cancel {
+        /// The job.
+        id: String,
+    },
+    /// The answer to a records request.
+    Reply {
+        /// The request's id.
+        rid: u64,
+        /// Its outcome.
+        result: Reply,
+    },
+}
+
+/// One call, as a runner receives it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    /// Unique per runner connection.
+    pub id: String,
+    /// The session the call belongs to.
+    pub session: String,
+    /// The call's id (journal, spill files).
+    pub call_id: String,
+    /// The dialect the tool name belongs to.
+    pub dialect: String,
+    /// The tool name.
+    pub tool: String,
+    /// The arguments.
+    pub args: Value,
+    /// Default time budget.
+    pub timeout_ms: u64,
+    /// Ceiling for a tool's own timeout argument.
+    pub max_timeout_ms: u64,
+    /// Output limit.
+    pub max_output_bytes: u64,
+}
+
+/// A message from a runner.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromRunner {
+    /// The runner is sandboxed and serving.
+    Ready {
+        /// Its lane.
+        lane: String,
+        /// Its process id.
+        pid: u32,
+        /// What its sandbox enforces.
+        sandbox: String,
+    },
+    /// A job finished.
+    Result {
+        /// The job.
+        id: String,
+        /// Its result.
+        result: ToolResult,
+    },
+    /// A job's progress.
+    Progress {
+        /// The job.
+        id: String,
+        /// The report.
+        progress: Progress,
+    },
+    /// The runner asks the router to keep a record.
+    Request {
+        /// The request's id, echoed in the reply.
+        rid: u64,
+        /// What to record.
+        op: RecordOp,
+    },
+}
+
+/// A records operation a runner asks for (see `toolyard_tools::records::Records`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordOp {
+    /// The session read a file.
+    RecordRead {
+        /// Session.
+        session: String,
+        /// Workspace-relative path.
+        path: String,
+        /// Content hash.
+        hash: String,
+    },
+    /// May the session overwrite the file?
+    CheckWrite {
+        /// Session.
+        session: String,
+        /// Workspace-relative path.
+        path: String,
+        /// Current content hash.
+        current: String,
+    },
+    /// The session wrote a file.
+    RecordWrite {
+        /// Session.
+        session: String,
+        /// Workspace-relative path.
+        path: String,
+        /// New content hash.
+        hash: String,
+    },
+    /// Journal the file before it changes.
+    JournalBegin {
+        /// Session.
+        session: String,
+        /// Call id.
+        call_id: String,
+        /// Tool.
+        tool: String,
+        /// Workspace-relative path.
+        path: String,
+        /// The content hash it will have.
+        new_hash: String,
+    },
+    /// The journaled change landed or not.
+    JournalEnd {
+        /// Change id.
+        change: i64,
+        /// Whether it landed.
+        done: bool,
+    },
+}
+
+/// The answer to a [`RecordOp`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// Done; for `JournalBegin`, the change id.
+    Ok(Option<i64>),
+    /// Refused or failed.
+    Err {
+        /// The error's kind (`ToolError::kind`).
+        kind: String,
+        /// Its message.
+        message: String,
+    },
+}
+
+impl Reply {
+    /// The reply for a records outcome.
+    pub fn from_result(r: Result<Option<i64>, ToolError>) -> Self {
+        match r {
+            Ok(v) => Reply::Ok(v),
+            Err(e) => Reply::Err {
+                kind: e.kind().to_string(),
+                message: e.to_string(),
+            },
+        }
+    }
+
+    /// Back to a result on the runner's side, keeping the error kinds a model acts on.
+    pub fn into_result(self) -> Result<Option<i64>, ToolError> {
+        match self {
+            Reply::Ok(v) => Ok(v),
+            Reply::Err { kind, message } => Err(match kind.as_str() {
+                "not_read" => ToolError::NotRead {
+                    path: strip_suffix(&message, " has not been read"),
+                },
+                "stale_read" => ToolError::StaleRead {
+                    path: strip_suffix(&message, " changed on disk"),
+                },
+                "path_outside_workspace" => ToolError::outside(message, "refused by the server"),
+                "file_not_found" => ToolError::FileNotFound(message.into()),
+                _ => ToolError::Io(message),
+            }),
+        }
+    }
+}
+
+fn strip_suffix(message: &str, marker: &str) -> String {
+    message.split(marker).next().unwrap_or(message).to_string()
+}

@@ -1,0 +1,377 @@
+//! The router: one runner process per lane, started on first use, restarted when it dies.
+//! Calls are matched to results by job id; calls in flight when a runner dies get a clear
+//! error at once, never a hang.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use toolyard_core::{Lane, ProgressSink, ToolError, ToolResult};
+use toolyard_tools::records::Records;
+use toolyard_workspace::RelPath;
+
+use crate::protocol::{FromRunner, Job, RecordOp, Reply, ToRunner};
+
+/// How long a runner may take to sandbox itself and say it is ready.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Where runners come from.
+#[derive(Debug, Clone)]
+pub struct RunnerSpawn {
+    /// The `toolyard` executable (it has the `runner` subcommand).
+    pub exe: PathBuf,
+    /// The workspace root.
+    pub workspace: PathBuf,
+    /// The catalog file the runners load, if not the built-in one.
+    pub catalog: Option<PathBuf>,
+}
+
+struct Pending {
+    done: oneshot::Sender<ToolResult>,
+    progress: ProgressSink,
+}
+
+type PendingMap = Arc<std::sync::Mutex<HashMap<String, Pending>>>;
+
+/// One live runner process.
+struct RunnerConn {
+    tx: mpsc::UnboundedSender<ToRunner>,
+    pending: PendingMap,
+    alive: Arc<AtomicBool>,
+    pid: u32,
+}
+
+/// Sends calls to the runner of their lane.
+pub struct Router {
+    spawn: RunnerSpawn,
+    records: Arc<dyn Records>,
+    runners: Mutex<HashMap<Lane, Arc<RunnerConn>>>,
+    next_job: AtomicU64,
+}
+
+impl Router {
+    /// A router that starts runners as `spawn` says and keeps their records in `records`.
+    pub fn new(spawn: RunnerSpawn, records: Arc<dyn Records>) -> Self {
+        Self {
+            spawn,
+            records,
+            runners: Mutex::new(HashMap::new()),
+            next_job: AtomicU64::new(1),
+        }
+    }
+
+    /// The pid of the lane's runner, if one is running (for tests and `doctor`).
+    pub async fn runner_pid(&self, lane: Lane) -> Option<u32> {
+        let runners = self.runners.lock().await;
+        runners
+            .get(&lane)
+            .filter(|r| r.alive.load(Ordering::SeqCst))
+            .map(|r| r.pid)
+    }
+
+    /// Run `job` (its id is assigned here) in the runner of `lane`.
+    pub async fn submit(
+        &self,
+        lane: Lane,
+        mut job: Job,
+        cancel: CancellationToken,
+        progress: ProgressSink,
+    ) -> ToolResult {
+        let conn = match self.runner(lane).await {
+            Ok(c) => c,
+            Err(e) => return e.into(),
+        };
+        job.id = self.next_job.fetch_add(1, Ordering::Relaxed).to_string();
+        let id = job.id.clone();
+        let bound = Duration::from_millis(job.max_timeout_ms) + Duration::from_secs(10);
+        let (done, rx) = oneshot::channel();
+        if let Ok(mut p) = conn.pending.lock() {
+            p.insert(id.clone(), Pending { done, progress });
+        }
+        // The reader may have seen the runner die before the job was registered.
+        if !conn.alive.load(Ordering::SeqCst) {
+            take(&conn.pending, &id);
+            return died(lane).into();
+        }
+        if conn.tx.send(ToRunner::Job(job)).is_err() {
+            take(&conn.pending, &id);
+            return died(lane).into();
+        }
+        let mut rx = rx;
+        tokio::select! {
+            r = &mut rx => r.unwrap_or_else(|_| died(lane).into()),
+            _ = cancel.cancelled() => {
+                let _ = conn.tx.send(ToRunner::Cancel { id: id.clone() });
+                // The runner kills the command's tree and answers; give it a moment.
+                match tokio::time::timeout(Duration::from_secs(5), rx).await {
+                    Ok(Ok(r)) => r,
+                    _ => { take(&conn.pending, &id); ToolError::Cancelled.into() }
+                }
+            }
+            _ = tokio::time::sleep(bound) => {
+                let _ = conn.tx.send(ToRunner::Cancel { id: id.clone() });
+                take(&conn.pending, &id);
+                ToolError::Timeout { ms: bound.as_millis() as u64 }.into()
+            }
+        }
+    }
+
+    /// The lane's runner, started if there is none or it died.
+    async fn runner(&self, lane: Lane) -> Result<Arc<RunnerConn>, ToolError> {
+        let mut runners = self.runners.lock().await;
+        if let Some(r) = runners.get(&lane) {
+            if r.alive.load(Ordering::SeqCst) {
+                return Ok(r.clone());
+            }
+        }
+        let conn = Arc::new(self.start(lane).await?);
+        runners.insert(lane, conn.clone());
+        Ok(conn)
+    }
+
+    async fn start(&self, lane: Lane) -> Result<RunnerConn, ToolError> {
+        let mut cmd = Command::new(&self.spawn.exe);
+        cmd.arg("runner")
+            .arg("--lane")
+            .arg(lane.as_str())
+            .arg("--workspace")
+            .arg(&self.spawn.workspace);
+        if let Some(c) = &self.spawn.catalog {
+            cmd.arg("--catalog").arg(c);
+        }
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|e| {
+            ToolError::Unavailable(format!(
+                "cannot start the {lane} runner ({}): {e}",
+                self.spawn.exe.display()
+            ))
+        })?;
+        let pid = child.id().unwrap_or(0);
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| ToolError::Io("runner stdin".into()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| ToolError::Io("runner stdout".into()))?;
+        let stderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| ToolError::Io("runner stderr".into()))?;
+        let stderr_tail = Arc::new(std::sync::Mutex::new(String::new()));
+        tokio::spawn(forward_stderr(stderr, lane, stderr_tail.clone()));
+
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await;
+        match ready {
+            Ok(Ok(Some(line)))
+                if matches!(serde_json::from_str(&line), Ok(FromRunner::Ready { .. })) => {}
+            _ => {
+                let _ = child.start_kill();
+                // Let stderr drain so the message says why.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let why = stderr_tail
+                    .lock()
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default();
+                return Err(ToolError::Unavailable(format!(
+                    "the {lane} runner did not start: {}",
+                    if why.is_empty() {
+                        "no reason given".to_string()
+                    } else {
+                        why
+                    }
+                )));
+            }
+        }
+
+        let (tx, rx) = mpsc::unbounded_channel();
+        let pending: PendingMap = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        tokio::spawn(write_jobs(stdin, rx));
+        tokio::spawn(read_results(
+            lines,
+            child,
+            lane,
+            pending.clone(),
+            alive.clone(),
+            tx.clone(),
+            self.records.clone(),
+        ));
+        Ok(RunnerConn {
+            tx,
+            pending,
+            alive,
+            pid,
+        })
+    }
+}
+
+fn died(lane: Lane) -> ToolError {
+    ToolError::Unavailable(format!(
+        "the {lane} runner stopped while running this call, so it did not complete; it restarts on the next call, so retry"
+    ))
+}
+
+fn take(pending: &PendingMap, id: &str) -> Option<Pending> {
+    pending.lock().ok().and_then(|mut p| p.remove(id))
+}
+
+async fn write_jobs(
+    mut stdin: tokio::process::ChildStdin,
+    mut rx: mpsc::UnboundedReceiver<ToRunner>,
+) {
+    while let Some(msg) = rx.recv().await {
+        let Ok(mut line) = serde_json::to_vec(&msg) else {
+            continue;
+        };
+        line.push(b'\n');
+        if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
+            break;
+        }
+    }
+}
+
+async fn forward_stderr(
+    mut stderr: tokio::process::ChildStderr,
+    lane: Lane,
+    tail: Arc<std::sync::Mutex<String>>,
+) {
+    let mut buf = vec![0u8; 8192];
+    while let Ok(n) = stderr.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let text = String::from_utf8_lossy(&buf[..n]);
+        tracing::debug!(%lane, "runner: {}", text.trim_end());
+        if let Ok(mut t) = tail.lock() {
+            t.push_str(&text);
+            if t.len() > 4096 {
+                let cut = t.len() - 4096;
+                let cut = (cut..t.len())
+                    .find(|&i| t.is_char_boundary(i))
+                    .unwrap_or(t.len());
+                t.drain(..cut);
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn read_results(
+    mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    mut child: Child,
+    lane: Lane,
+    pending: PendingMap,
+    alive: Arc<AtomicBool>,
+    tx: mpsc::UnboundedSender<ToRunner>,
+    records: Arc<dyn Records>,
+) {
+    while let Ok(Some(line)) = lines.next_line().await {
+        let msg: FromRunner = match serde_json::from_str(&line) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(%lane, %e, "router: malformed line from a runner");
+                continue;
+            }
+        };
+        match msg {
+            FromRunner::Result { id, result } => {
+                if let Some(p) = take(&pending, &id) {
+                    let _ = p.done.send(result);
+                }
+            }
+            FromRunner::Progress { id, progress } => {
+                let sink = pending
+                    .lock()
+                    .ok()
+                    .and_then(|p| p.get(&id).map(|p| p.progress.clone()));
+                if let Some(sink) = sink {
+                    sink(progress);
+                }
+            }
+            FromRunner::Request { rid, op } => {
+                let (records, tx) = (records.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let result = Reply::from_result(apply(records.as_ref(), op).await);
+                    let _ = tx.send(ToRunner::Reply { rid, result });
+                });
+            }
+            FromRunner::Ready { .. } => {}
+        }
+    }
+    // EOF: the runner is gone. Fail what was in flight, now.
+    alive.store(false, Ordering::SeqCst);
+    let status = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+    tracing::warn!(%lane, ?status, "a runner exited");
+    let drained: Vec<Pending> = pending
+        .lock()
+        .map(|mut p| p.drain().map(|(_, v)| v).collect())
+        .unwrap_or_default();
+    for p in drained {
+        let _ = p.done.send(died(lane).into());
+    }
+}
+
+/// Carry out a runner's records request with the server's own records.
+async fn apply(records: &dyn Records, op: RecordOp) -> Result<Option<i64>, ToolError> {
+    let rel = |p: &str| -> Result<RelPath, ToolError> {
+        // Runners send paths they resolved beneath the root; refuse anything that is not one.
+        let bad = p.starts_with('/')
+            || (p != "." && p.split('/').any(|c| c.is_empty() || c == "." || c == ".."));
+        if bad {
+            return Err(ToolError::outside(p, "not a workspace-relative path"));
+        }
+        Ok(RelPath::from_normalized(p))
+    };
+    match op {
+        RecordOp::RecordRead {
+            session,
+            path,
+            hash,
+        } => records
+            .record_read(&session, &rel(&path)?, &hash)
+            .await
+            .map(|_| None),
+        RecordOp::CheckWrite {
+            session,
+            path,
+            current,
+        } => records
+            .check_write(&session, &rel(&path)?, &current)
+            .await
+            .map(|_| None),
+        RecordOp::RecordWrite {
+            session,
+            path,
+            hash,
+        } => records
+            .record_write(&session, &rel(&path)?, &hash)
+            .await
+            .map(|_| None),
+        RecordOp::JournalBegin {
+            session,
+            call_id,
+            tool,
+            path,
+            new_hash,
+        } => records
+            .journal_begin(&session, &call_id, &tool, &rel(&path)?, &new_hash)
+            .await
+            .map(Some),
+        RecordOp::JournalEnd { change, done } => {
+            records.journal_end(change, done).await.map(|_| None)
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! Command tools: `run_command`, `run_command_isolated`, `build`, `test`, `validate`.
+//!
+//! One implementation, five names: the catalog gives each its lane (the sandbox it runs in),
+//! its default timeout and its output limit. Every command passes the command policy first.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use toolyard_core::{
+    Annotations, Progress, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+};
+use toolyard_exec::policy::{CommandPolicy, Decision, PolicyConfig};
+use toolyard_exec::{EnvPolicy, ExecConfig, ExecOutcome, ExecRequest};
+
+use crate::ToolEnv;
+
+/// Project commands for build / test / validate, from the catalog's `[project]` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectConfig {
+    /// The build command (default: detected from the project's files).
+    pub build: Option<String>,
+    /// The test command (default: detected from the project's files).
+    pub test: Option<String>,
+    /// The validation command (no default).
+    pub validate: Option<String>,
+}
+
+/// Arguments of `run_command` and `run_command_isolated`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommandArgs {
+    /// The shell command (run with `sh -c`).
+    pub command: String,
+    /// Time limit in milliseconds (default and ceiling from the catalog).
+    #[schemars(range(min = 1))]
+    pub timeout_ms: Option<u64>,
+    /// Working directory, relative to the workspace root (default: the root).
+    pub cwd: Option<String>,
+}
+
+/// Arguments of `build`, `test` and `validate`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectCommandArgs {
+    /// The command to run (default: the project's configured or detected command).
+    pub command: Option<String>,
+    /// Time limit in milliseconds (default and ceiling from the catalog).
+    #[schemars(range(min = 1))]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Everything the command tools share: the policy, the environment policy, project commands.
+pub struct CommandEnv {
+    env: Arc<ToolEnv>,
+    policy: CommandPolicy,
+    env_policy: EnvPolicy,
+    project: ProjectConfig,
+}
+
+impl CommandEnv {
+    /// Read `[policy]`, `[exec]` and `[project]` from the catalog.
+    pub fn new(env: Arc<ToolEnv>) -> Result<Self, ToolError> {
+        let bad = |e: toolyard_core::CatalogError| ToolError::InvalidArguments(e.to_string());
+        let policy_config: PolicyConfig = env.catalog.section("policy").map_err(bad)?;
+        let exec_config: ExecConfig = env.catalog.section("exec").map_err(bad)?;
+        let project: ProjectConfig = env.catalog.section("project").map_err(bad)?;
+        let policy = CommandPolicy::new(&policy_config)
+            .map_err(|e| ToolError::InvalidArguments(format!("catalog [policy]: {e}")))?;
+        Ok(Self {
+            env,
+            policy,
+            env_policy: EnvPolicy::from_config(&exec_config),
+            project,
+        })
+    }
+
+    /// Check `command` against the policy and run it in `cwd` (workspace-relative).
+    pub async fn run(
+        &self,
+        ctx: &ToolContext,
+        command: &str,
+        cwd: Option<&str>,
+        timeout_ms: Option<u64>,
+    ) -> Result<ToolResult, ToolError> {
+        if command.trim().is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "command is empty; give a shell command to run".into(),
+            ));
+        }
+        if let Decision::Block { rule, reason } = self.policy.check(command) {
+            return Err(ToolError::Blocked {
+                rule: format!("command policy rule `{rule}`"),
+                reason,
+            });
+        }
+        let ws = &self.env.workspace;
+        let dir = match cwd {
+            Some(c) => ws.locate(c, &ctx.cwd)?,
+            None => ws.locate(".", &ctx.cwd)?,
+        };
+        match ws.metadata(&dir)? {
+            Some(m) if m.is_dir() => {}
+            Some(_) => {
+                return Err(ToolError::InvalidArguments(format!(
+                    "cwd {dir} is a file, not a directory"
+                )));
+            }
+            None => return Err(ToolError::FileNotFound(dir.as_path().to_path_buf())),
+        }
+        let mut req = ExecRequest::new(command, ws.absolute(&dir));
+        req.timeout = ctx.budget(timeout_ms);
+        req.max_output_bytes = ctx.max_output_bytes;
+        req.env = self.env_policy.clone();
+        req.spill_dir = Some(self.env.state.outputs_dir());
+        req.call_id = sanitize(&ctx.call_id);
+        req.cancel = ctx.cancel.clone();
+        let progress = ctx.progress.clone();
+        req.on_progress = Some(Arc::new(move |p: toolyard_exec::ExecProgress| {
+            progress(Progress {
+                progress: p.elapsed.as_secs_f64(),
+                total: None,
+                message: Some(format!(
+                    "running for {:.0} s, {} bytes of output",
+                    p.elapsed.as_secs_f64(),
+                    p.stdout_bytes + p.stderr_bytes
+                )),
+            })
+        }));
+        let outcome = toolyard_exec::run(req).await?;
+        Ok(command_result(&outcome))
+    }
+
+    /// The command `tool` (build / test / validate) runs when the call names none.
+    fn project_command(&self, tool: &str) -> Result<String, ToolError> {
+        let configured = match tool {
+            "build" => self.project.build.clone(),
+            "test" => self.project.test.clone(),
+            _ => self.project.validate.clone(),
+        };
+        if let Some(c) = configured {
+            return Ok(c);
+        }
+        detect(self.env.workspace.root(), tool).ok_or_else(|| {
+            ToolError::InvalidArguments(format!(
+                "no {tool} command: pass `command`, or set `{tool} = \"...\"` in the [project] section of catalog.toml"
+            ))
+        })
+    }
+}
+
+/// The usual command for `tool` in a project laid out like `root`.
+fn detect(root: &Path, tool: &str) -> Option<String> {
+    let has = |f: &str| root.join(f).exists();
+    let pick = |build: &str, test: &str| match tool {
+        "build" => Some(build.to_string()),
+        "test" => Some(test.to_string()),
+        _ => None,
+    };
+    if has("Cargo.toml") {
+        pick("cargo build", "cargo test")
+    } else if has("package.json") {
+        pick("npm run build", "npm test")
+    } else if has("go.mod") {
+        pick("go build ./...", "go test ./...")
+    } else if has("Makefile") {
+        pick("make", "make test")
+    } else if has("pyproject.toml") || has("setup.py") {
+        pick("python3 -m build", "python3 -m pytest")
+    } else {
+        None
+    }
+}
+
+/// The ToolResult of a finished command: seed 003's fields in `data`, the text for the model in
+/// `output`; a non-zero exit, a signal or a timeout is a failure.
+pub fn command_result(o: &ExecOutcome) -> ToolResult {
+    let data = json!({
+        "exit_code": o.exit_code,
+        "signal": o.signal,
+        "stdout": o.stdout,
+        "stderr": o.stderr,
+        "timed_out": o.timed_out,
+        "cancelled": o.cancelled,
+        "truncated": o.truncated,
+        "duration_ms": o.duration_ms,
+        "full_output": o.full_output,
+    });
+    let text = o.model_text();
+    if o.success() {
+        ToolResult::ok(text).with_data(data)
+    } else {
+        let (kind, error) = if o.timed_out {
+            (
+                "timeout",
+                format!("the command timed out after {} ms", o.duration_ms),
+            )
+        } else if o.cancelled {
+            ("cancelled", "the command was cancelled".to_string())
+        } else if let Some(sig) = &o.signal {
+            ("command_failed", format!("the command was killed by {sig}"))
+        } else {
+            (
+                "command_failed",
+                format!("the command exited with code {}", o.exit_code.unwrap_or(-1)),
+            )
+        };
+        ToolResult {
+            success: false,
+            output: text,
+            data: Some(data),
+            files_changed: Vec::new(),
+            error: Some(error),
+            error_kind: Some(kind.into()),
+        }
+    }
+}
+
+fn sanitize(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// `run_command` / `run_command_isolated`: the same tool under two names and two lanes.
+pub struct RunCommand {
+    name: &'static str,
+    commands: Arc<CommandEnv>,
+}
+
+#[async_trait]
+impl TypedTool for RunCommand {
+    type Args = RunCommandArgs;
+
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn description(&self) -> &str {
+        if self.name == "run_command_isolated" {
+            "Execute a shell command with no network access at all, in the workspace. Long \
+             output keeps its head and tail; the full output is saved and named."
+        } else {
+            "Execute a shell command in the workspace (sh -c), with a timeout that kills the \
+             whole process tree. Long output keeps its head and tail; the full output is saved \
+             and named. Obviously destructive commands are refused."
+        }
+    }
+
+    fn annotations(&self) -> Annotations {
+        let mut a = Annotations::COMMAND;
+        a.open_world = self.name == "run_command";
+        a
+    }
+
+    async fn run(&self, args: RunCommandArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        self.commands
+            .run(ctx, &args.command, args.cwd.as_deref(), args.timeout_ms)
+            .await
+    }
+}
+
+/// `build` / `test` / `validate`: the project's command, or the one given.
+pub struct ProjectCommand {
+    name: &'static str,
+    commands: Arc<CommandEnv>,
+}
+
+#[async_trait]
+impl TypedTool for ProjectCommand {
+    type Args = ProjectCommandArgs;
+
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn description(&self) -> &str {
+        match self.name {
+            "build" => {
+                "Build the project (the given command, or the project's: [project] build in catalog.toml, else detected: cargo build, npm run build, make, ...). Reports progress."
+            }
+            "test" => {
+                "Run the test suite (the given command, or the project's: [project] test in catalog.toml, else detected: cargo test, npm test, make test, ...). Reports progress."
+            }
+            _ => {
+                "Run the validation command (the given command, or [project] validate in catalog.toml). Reports progress."
+            }
+        }
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::COMMAND
+    }
+
+    async fn run(
+        &self,
+        args: ProjectCommandArgs,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, ToolError> {
+        let command = match args.command {
+            Some(c) => c,
+            None => self.commands.project_command(self.name)?,
+        };
+        self.commands
+            .run(ctx, &command, None, args.timeout_ms)
+            .await
+    }
+}
+
+/// The five command tools over `env`.
+pub fn tools(env: Arc<ToolEnv>) -> Result<Vec<Arc<dyn Tool>>, ToolError> {
+    let commands = Arc::new(CommandEnv::new(env)?);
+    let run = |name| -> Arc<dyn Tool> {
+        Arc::new(Typed(RunCommand {
+            name,
+            commands: commands.clone(),
+        }))
+    };
+    let project = |name| -> Arc<dyn Tool> {
+        Arc::new(Typed(ProjectCommand {
+            name,
+            commands: commands.clone(),
+        }))
+    };
+    Ok(vec![
+        run("run_command"),
+        run("run_command_isolated"),
+        project("build"),
+        project("test"),
+        project("validate"),
+    ])
+}

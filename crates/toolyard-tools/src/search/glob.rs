@@ -1,0 +1,367 @@
+//! `glob`: find files by path pattern (ignore + globset), newest first.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use cap_std::fs::Dir;
+use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkState};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use toolyard_core::shape::head_tail;
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_workspace::{RelPath, Workspace};
+
+use super::pattern::PathGlob;
+use super::walk;
+use crate::ToolEnv;
+
+/// Most paths `glob` shows.
+pub const DEFAULT_GLOB_LIMIT: usize = 100;
+
+const DESCRIPTION: &str = "Find files whose path matches a glob pattern, newest (last modified) \
+first. A pattern without `/` matches file names at any depth (`*.rs` = `**/*.rs`, like fd and \
+.gitignore); a pattern with `/` is anchored at `path` (`src/*.rs` only directly in src, \
+`src/**/mod.rs` at any depth below it). `*` stays within one directory, `**` crosses them, \
+`{a,b}` and `[a-z]` work; case-sensitive. Returns files only (not directories or symlinks). \
+Honours .gitignore, skips hidden files unless the pattern names a hidden component \
+(`.github/**`), and always skips .git, node_modules, __pycache__ and cargo target dirs. \
+Shows at most 100 paths and says how many more matched.";
+
+/// Arguments of `glob`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobArgs {
+    /// Glob pattern, e.g. `**/*.rs`, `*.toml` (any depth) or `src/**/mod.rs` (anchored at `path`).
+    pub pattern: String,
+    /// Directory to search in, relative to the working directory (default: `.`).
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// One glob search, independent of any dialect.
+#[derive(Debug, Clone)]
+pub struct GlobQuery {
+    /// The glob pattern.
+    pub pattern: String,
+    /// The directory searched (already resolved beneath the root).
+    pub root: RelPath,
+    /// Most paths returned (the newest), or `None` for all of them.
+    pub limit: Option<usize>,
+}
+
+/// One file found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobHit {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Last modification time (the epoch when unknown).
+    pub modified: SystemTime,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// What a glob search found.
+#[derive(Debug, Clone, Default)]
+pub struct GlobOutcome {
+    /// The files returned, newest first (ties by path).
+    pub hits: Vec<GlobHit>,
+    /// Files that matched, returned or not.
+    pub total: u64,
+}
+
+/// Find the files beneath `query.root` matching `query.pattern`, newest first.
+pub fn find(
+    ws: &Workspace,
+    query: &GlobQuery,
+    cancel: &CancellationToken,
+) -> Result<GlobOutcome, ToolError> {
+    let started = Instant::now();
+    let glob = PathGlob::new(&query.pattern, ws, &query.root)?;
+    let meta = ws
+        .metadata(&query.root)?
+        .ok_or_else(|| ToolError::FileNotFound(query.root.as_path().to_path_buf()))?;
+    if !meta.is_dir() {
+        return Err(ToolError::InvalidArguments(format!(
+            "{} is a file, not a directory; give the directory to search in `path`",
+            query.root
+        )));
+    }
+    // Start the walk at the pattern's literal directories (`src/**/x` walks only `src/`) when
+    // they are a plain directory; a symlink there is not followed, so walk from the root then.
+    let mut walk_root = query.root.clone();
+    if let Some(prefix) = &glob.literal_prefix {
+        let mut candidate = query.root.clone();
+        for part in prefix.split('/') {
+            candidate = candidate.join(part);
+        }
+        match ws.dir().symlink_metadata(candidate.as_path()) {
+            Ok(m) if m.is_dir() => walk_root = candidate,
+            Ok(_) => {}
+            Err(_) => return Ok(GlobOutcome::default()),
+        }
+    }
+    let search_prefix = if query.root.is_root() {
+        ""
+    } else {
+        query.root.as_str()
+    };
+    let shared = Shared {
+        ws,
+        ws_root: ws.root().as_os_str().as_encoded_bytes(),
+        search_prefix: search_prefix.as_bytes(),
+        glob: &glob,
+        limit: query.limit,
+        cancel,
+        merged: Mutex::new(Collected::default()),
+    };
+    walk::builder(&ws.absolute(&walk_root), glob.wants_hidden)
+        .build_parallel()
+        .visit(&mut VisitorBuilder { shared: &shared });
+    if cancel.is_cancelled() {
+        return Err(ToolError::Cancelled);
+    }
+    let mut collected = shared
+        .merged
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    collected.hits.sort_unstable_by(newest_first);
+    if let Some(limit) = query.limit {
+        collected.hits.truncate(limit);
+    }
+    tracing::debug!(
+        pattern = %query.pattern,
+        root = %query.root,
+        total = collected.total,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "glob"
+    );
+    Ok(GlobOutcome {
+        hits: collected.hits,
+        total: collected.total,
+    })
+}
+
+fn newest_first(a: &GlobHit, b: &GlobHit) -> std::cmp::Ordering {
+    b.modified
+        .cmp(&a.modified)
+        .then_with(|| a.path.cmp(&b.path))
+}
+
+struct Shared<'a> {
+    ws: &'a Workspace,
+    ws_root: &'a [u8],
+    search_prefix: &'a [u8],
+    glob: &'a PathGlob,
+    limit: Option<usize>,
+    cancel: &'a CancellationToken,
+    merged: Mutex<Collected>,
+}
+
+#[derive(Default)]
+struct Collected {
+    hits: Vec<GlobHit>,
+    total: u64,
+}
+
+impl Collected {
+    /// Keep only the newest `limit` hits once there are many: the rest can never be shown.
+    fn trim(&mut self, limit: Option<usize>) {
+        if let Some(limit) = limit
+            && self.hits.len() > 2 * limit + 64
+        {
+            self.hits.sort_unstable_by(newest_first);
+            self.hits.truncate(limit);
+        }
+    }
+}
+
+struct VisitorBuilder<'s, 'a> {
+    shared: &'s Shared<'a>,
+}
+
+impl<'s, 'a: 's> ParallelVisitorBuilder<'s> for VisitorBuilder<'s, 'a> {
+    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
+        Box::new(Visitor {
+            shared: self.shared,
+            local: Collected::default(),
+            parent: None,
+        })
+    }
+}
+
+struct Visitor<'s, 'a> {
+    shared: &'s Shared<'a>,
+    local: Collected,
+    /// The last parent directory, opened beneath the root (a thread mostly visits the files
+    /// of one directory in a row, so this costs one open per directory).
+    parent: Option<(Vec<u8>, Option<Dir>)>,
+}
+
+impl Visitor<'_, '_> {
+    /// `parent` (workspace-relative) opened beneath the root, cached per thread.
+    fn parent_dir(&mut self, parent: &[u8]) -> Option<&Dir> {
+        if self
+            .parent
+            .as_ref()
+            .is_none_or(|(p, _)| p.as_slice() != parent)
+        {
+            let dir = if parent.is_empty() {
+                self.shared.ws.dir().try_clone().ok()
+            } else {
+                self.shared.ws.dir().open_dir(walk::as_path(parent)).ok()
+            };
+            self.parent = Some((parent.to_vec(), dir));
+        }
+        self.parent.as_ref().and_then(|(_, d)| d.as_ref())
+    }
+
+    fn consider(&mut self, entry: &DirEntry) {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            return;
+        }
+        let Some(rel) = walk::rel_bytes(entry.path(), self.shared.ws_root) else {
+            return;
+        };
+        if !self
+            .shared
+            .glob
+            .is_match(walk::below(rel, self.shared.search_prefix))
+        {
+            return;
+        }
+        // The walker lists directories by their absolute paths, so a directory swapped for a
+        // symlink mid-walk could show it names from outside. Every hit is therefore lstat-ed
+        // through its parent directory opened beneath the root (openat2 RESOLVE_BENEATH): a
+        // name from outside does not resolve there and is dropped. The same call gives the
+        // mtime, so the check costs one open per directory.
+        let (parent, name) = match rel.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (&rel[..0], rel),
+        };
+        let Some(meta) = self
+            .parent_dir(parent)
+            .and_then(|d| d.symlink_metadata(walk::as_path(name)).ok())
+            .filter(|m| m.is_file())
+        else {
+            return;
+        };
+        let modified = meta.modified().map_or(UNIX_EPOCH, |t| t.into_std());
+        let size = meta.len();
+        self.local.total += 1;
+        self.local.hits.push(GlobHit {
+            path: walk::display(rel),
+            modified,
+            size,
+        });
+        self.local.trim(self.shared.limit);
+    }
+}
+
+impl ParallelVisitor for Visitor<'_, '_> {
+    fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
+        if self.shared.cancel.is_cancelled() {
+            return WalkState::Quit;
+        }
+        if let Ok(entry) = entry {
+            self.consider(&entry);
+        }
+        WalkState::Continue
+    }
+}
+
+impl Drop for Visitor<'_, '_> {
+    fn drop(&mut self) {
+        let mut merged = self
+            .shared
+            .merged
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        merged.total += self.local.total;
+        merged.hits.append(&mut self.local.hits);
+        merged.trim(self.shared.limit);
+    }
+}
+
+/// The `glob` tool (loopr dialect).
+pub struct GlobTool {
+    env: Arc<ToolEnv>,
+}
+
+impl GlobTool {
+    /// A `glob` over `env`'s workspace.
+    pub fn new(env: Arc<ToolEnv>) -> Self {
+        Self { env }
+    }
+}
+
+#[async_trait]
+impl TypedTool for GlobTool {
+    type Args = GlobArgs;
+
+    fn name(&self) -> &str {
+        "glob"
+    }
+
+    fn description(&self) -> &str {
+        DESCRIPTION
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::READ_ONLY
+    }
+
+    async fn run(&self, args: GlobArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let path = args.path.as_deref().unwrap_or(".");
+        let root = self.env.workspace.locate(path, &ctx.cwd)?;
+        if self.env.workspace.metadata(&root)?.is_none() {
+            return Err(ToolError::FileNotFound(path.into()));
+        }
+        let query = GlobQuery {
+            pattern: args.pattern.clone(),
+            root: root.clone(),
+            limit: Some(DEFAULT_GLOB_LIMIT),
+        };
+        let env = self.env.clone();
+        let cancel = ctx.cancel.clone();
+        let outcome = super::blocking(move || find(&env.workspace, &query, &cancel)).await?;
+        let output = if outcome.hits.is_empty() {
+            format!("No files match `{}` in {root}.", args.pattern)
+        } else {
+            let mut text = String::new();
+            for h in &outcome.hits {
+                text.push_str(&h.path);
+                text.push('\n');
+            }
+            let more = outcome.total.saturating_sub(outcome.hits.len() as u64);
+            if more > 0 {
+                text.push_str(&format!(
+                    "[{more} more files match ({} in all); narrow the pattern or path]\n",
+                    outcome.total
+                ));
+            }
+            let budget = super::output_budget(&self.env, "glob", ctx.max_output_bytes);
+            head_tail(&text, budget, Some("narrow the pattern or path")).text
+        };
+        let files: Vec<_> = outcome
+            .hits
+            .iter()
+            .map(|h| {
+                let secs = h
+                    .modified
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                json!({"path": h.path, "size": h.size, "modified": secs})
+            })
+            .collect();
+        let data = json!({
+            "paths": outcome.hits.iter().map(|h| h.path.as_str()).collect::<Vec<_>>(),
+            "files": files,
+            "total": outcome.total,
+            "truncated": outcome.total > outcome.hits.len() as u64,
+        });
+        Ok(ToolResult::ok(output).with_data(data))
+    }
+}

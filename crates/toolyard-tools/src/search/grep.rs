@@ -1,0 +1,661 @@
+//! `grep`: ripgrep's engine in process (grep-regex, grep-searcher, the `ignore` parallel walker).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{
+    BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
+};
+use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkState};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use toolyard_core::shape::head_tail;
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_workspace::{RelPath, Workspace};
+
+use super::pattern::PathGlob;
+use super::walk;
+use crate::ToolEnv;
+
+/// Characters of one line shown before it is cut.
+pub const MAX_LINE_CHARS: usize = 500;
+/// Most context lines before and after a match.
+const MAX_CONTEXT: usize = 20;
+
+const DESCRIPTION: &str = "Search file contents with a regular expression (ripgrep's engine, \
+in process). Output is `path:line:text` for matches and `path-line-text` for context lines, \
+with `--` between groups, sorted by path then line. Smart case: an all-lowercase pattern \
+matches case-insensitively, any uppercase letter makes it case-sensitive (prefix `(?-i)` to \
+force case-sensitivity, `(?i)` to force insensitivity). Rust regex syntax (escape `(`, `.`, \
+`{` to match them literally). Honours .gitignore, skips hidden files (unless `path` or \
+`file_pattern` names one), binary files, .git, node_modules, __pycache__ and cargo target \
+dirs; never follows symlinks. `path` may be a directory or a single file. Shows about 50 files \
+/ 200 matching lines, then says how many more there are; lines over 500 characters are cut.";
+
+/// Arguments of `grep`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepArgs {
+    /// Regular expression to search for (Rust regex syntax; smart case).
+    pub pattern: String,
+    /// File or directory to search, relative to the working directory (default: `.`).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Only search files whose path matches this glob, e.g. `*.rs` (any depth) or `src/**/*.ts`.
+    #[serde(default)]
+    pub file_pattern: Option<String>,
+    /// Lines of context to show before and after each match (0-20, default 0).
+    #[serde(default)]
+    pub context: Option<usize>,
+}
+
+/// How much of the result to keep; `None` in [`GrepQuery::limits`] keeps everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrepLimits {
+    /// Most files shown.
+    pub max_files: usize,
+    /// Most matching lines shown.
+    pub max_lines: usize,
+}
+
+impl Default for GrepLimits {
+    fn default() -> Self {
+        Self {
+            max_files: 50,
+            max_lines: 200,
+        }
+    }
+}
+
+/// One grep search, independent of any dialect.
+#[derive(Debug, Clone)]
+pub struct GrepQuery {
+    /// The regular expression (smart case).
+    pub pattern: String,
+    /// The file or directory to search (already resolved beneath the root).
+    pub root: RelPath,
+    /// A glob the searched files' paths (relative to `root`) must match.
+    pub file_pattern: Option<String>,
+    /// Context lines before and after each match.
+    pub context: usize,
+    /// The cap on what is kept, or `None` for everything.
+    pub limits: Option<GrepLimits>,
+}
+
+/// One line of grep output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrepLine {
+    /// 1-based line number.
+    pub number: u64,
+    /// The line without its terminator, cut at [`MAX_LINE_CHARS`].
+    pub text: String,
+    /// A match (`true`) or a context line.
+    pub is_match: bool,
+    /// A `--` gap precedes this line (non-contiguous context groups).
+    pub gap_before: bool,
+}
+
+/// The lines shown for one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMatches {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Matching (and context) lines, in order.
+    pub lines: Vec<GrepLine>,
+    /// Matching lines in the whole file (shown or not).
+    pub match_count: u64,
+}
+
+/// What a search found.
+#[derive(Debug, Clone, Default)]
+pub struct GrepOutcome {
+    /// The files shown, sorted by path, each with its lines (cut to the limits).
+    pub files: Vec<FileMatches>,
+    /// Files with at least one match.
+    pub total_files: u64,
+    /// Matching lines in all files.
+    pub total_matches: u64,
+    /// Files searched.
+    pub searched_files: u64,
+}
+
+impl GrepOutcome {
+    /// Matching lines shown.
+    pub fn shown_matches(&self) -> u64 {
+        self.files
+            .iter()
+            .flat_map(|f| &f.lines)
+            .filter(|l| l.is_match)
+            .count() as u64
+    }
+
+    /// Whether some matches are not shown.
+    pub fn truncated(&self) -> bool {
+        self.shown_matches() < self.total_matches
+    }
+}
+
+/// Compile `pattern` as grep does (smart case, one line at a time); a syntax error says where.
+pub fn matcher(pattern: &str) -> Result<RegexMatcher, ToolError> {
+    RegexMatcherBuilder::new()
+        .case_smart(true)
+        // Lets the matcher search whole buffers for candidate lines (ripgrep's fast path).
+        .line_terminator(Some(b'\n'))
+        .build(pattern)
+        .map_err(|e| ToolError::InvalidArguments(format!("grep: invalid regex `{pattern}`: {e}")))
+}
+
+/// Search beneath the workspace as `query` says; stops early (with what it has) on `cancel`.
+pub fn search(
+    ws: &Workspace,
+    query: &GrepQuery,
+    cancel: &CancellationToken,
+) -> Result<GrepOutcome, ToolError> {
+    let started = Instant::now();
+    let matcher = matcher(&query.pattern)?;
+    let file_glob = match &query.file_pattern {
+        Some(p) if !p.trim().is_empty() => Some(PathGlob::new(p, ws, &query.root)?),
+        _ => None,
+    };
+    let root_meta = ws
+        .metadata(&query.root)?
+        .ok_or_else(|| ToolError::FileNotFound(query.root.as_path().to_path_buf()))?;
+    let root_abs = ws.absolute(&query.root);
+    let hidden = file_glob.as_ref().is_some_and(|g| g.wants_hidden);
+    let walker = walk::builder(&root_abs, hidden).build_parallel();
+    let ws_root = ws.root().as_os_str().as_encoded_bytes();
+    let search_prefix = if query.root.is_root() {
+        ""
+    } else {
+        query.root.as_str()
+    };
+    let shared = Shared {
+        ws,
+        ws_root,
+        search_prefix: search_prefix.as_bytes(),
+        // A single file named explicitly is searched whatever the file pattern says.
+        file_glob: file_glob.as_ref().filter(|_| root_meta.is_dir()),
+        matcher: &matcher,
+        context: query.context.min(MAX_CONTEXT),
+        limits: query.limits,
+        cancel,
+        merged: Mutex::new(Collected::default()),
+    };
+    walker.visit(&mut VisitorBuilder { shared: &shared });
+    let collected = shared
+        .merged
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if cancel.is_cancelled() {
+        return Err(ToolError::Cancelled);
+    }
+    let outcome = select(collected, query.limits, query.context.min(MAX_CONTEXT));
+    tracing::debug!(
+        pattern = %query.pattern,
+        root = %query.root,
+        files = outcome.total_files,
+        matches = outcome.total_matches,
+        searched = outcome.searched_files,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "grep"
+    );
+    Ok(outcome)
+}
+
+/// What the per-thread visitors share.
+struct Shared<'a> {
+    ws: &'a Workspace,
+    ws_root: &'a [u8],
+    search_prefix: &'a [u8],
+    file_glob: Option<&'a PathGlob>,
+    matcher: &'a RegexMatcher,
+    context: usize,
+    limits: Option<GrepLimits>,
+    cancel: &'a CancellationToken,
+    merged: Mutex<Collected>,
+}
+
+#[derive(Default)]
+struct Collected {
+    files: Vec<FileMatches>,
+    total_files: u64,
+    total_matches: u64,
+    searched: u64,
+}
+
+impl Collected {
+    /// Keep only the first `max_files` files by path: the final selection cannot need others.
+    fn trim(&mut self, limits: Option<GrepLimits>) {
+        if let Some(l) = limits
+            && self.files.len() > 2 * l.max_files + 16
+        {
+            self.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+            self.files.truncate(l.max_files);
+        }
+    }
+}
+
+struct VisitorBuilder<'s, 'a> {
+    shared: &'s Shared<'a>,
+}
+
+impl<'s, 'a: 's> ParallelVisitorBuilder<'s> for VisitorBuilder<'s, 'a> {
+    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
+        let mut b = SearcherBuilder::new();
+        b.line_number(true)
+            // ripgrep's default for walked files: stop at the first NUL byte, say nothing.
+            .binary_detection(BinaryDetection::quit(b'\x00'))
+            .before_context(self.shared.context)
+            .after_context(self.shared.context);
+        let keep = self.shared.limits.map_or(u64::MAX, |l| l.max_lines as u64);
+        Box::new(Visitor {
+            shared: self.shared,
+            searcher: b.build(),
+            sink: LineSink::new(keep),
+            local: Collected::default(),
+        })
+    }
+}
+
+/// One walker thread: its own searcher and sink, results merged when the thread ends.
+struct Visitor<'s, 'a> {
+    shared: &'s Shared<'a>,
+    searcher: Searcher,
+    sink: LineSink,
+    local: Collected,
+}
+
+impl Visitor<'_, '_> {
+    fn search_entry(&mut self, entry: &DirEntry) {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            // Directories are walked, symlinks are never followed.
+            return;
+        }
+        let Some(rel) = walk::rel_bytes(entry.path(), self.shared.ws_root) else {
+            return;
+        };
+        if let Some(g) = self.shared.file_glob
+            && !g.is_match(walk::below(rel, self.shared.search_prefix))
+        {
+            return;
+        }
+        // Opened beneath the root handle (openat2 RESOLVE_BENEATH), not by the walker's
+        // absolute path: if a directory on the way was swapped for a symlink to outside since
+        // the walker listed it, the open fails instead of reading outside.
+        let file = match self.shared.ws.dir().open(walk::as_path(rel)) {
+            Ok(f) => f.into_std(),
+            Err(e) => {
+                tracing::trace!(path = %String::from_utf8_lossy(rel), error = %e, "grep: skipped");
+                return;
+            }
+        };
+        self.local.searched += 1;
+        self.sink.reset();
+        let result = self
+            .searcher
+            .search_file(self.shared.matcher, &file, &mut self.sink);
+        if let Err(e) = result {
+            tracing::trace!(path = %String::from_utf8_lossy(rel), error = %e, "grep: read failed");
+        }
+        if self.sink.matches == 0 {
+            return;
+        }
+        self.local.total_files += 1;
+        self.local.total_matches += self.sink.matches;
+        self.local.files.push(FileMatches {
+            path: walk::display(rel),
+            lines: std::mem::take(&mut self.sink.lines),
+            match_count: self.sink.matches,
+        });
+        self.local.trim(self.shared.limits);
+    }
+}
+
+impl ParallelVisitor for Visitor<'_, '_> {
+    fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
+        if self.shared.cancel.is_cancelled() {
+            return WalkState::Quit;
+        }
+        if let Ok(entry) = entry {
+            self.search_entry(&entry);
+        }
+        WalkState::Continue
+    }
+}
+
+impl Drop for Visitor<'_, '_> {
+    fn drop(&mut self) {
+        let mut merged = self
+            .shared
+            .merged
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        merged.total_files += self.local.total_files;
+        merged.total_matches += self.local.total_matches;
+        merged.searched += self.local.searched;
+        merged.files.append(&mut self.local.files);
+        merged.trim(self.shared.limits);
+    }
+}
+
+/// Collects one file's lines; counts every match but stores only the first `keep`.
+struct LineSink {
+    lines: Vec<GrepLine>,
+    matches: u64,
+    keep: u64,
+    gap: bool,
+}
+
+impl LineSink {
+    fn new(keep: u64) -> Self {
+        Self {
+            lines: Vec::new(),
+            matches: 0,
+            keep,
+            gap: false,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.lines.clear();
+        self.matches = 0;
+        self.gap = false;
+    }
+
+    fn push(&mut self, number: Option<u64>, bytes: &[u8], is_match: bool) {
+        self.lines.push(GrepLine {
+            number: number.unwrap_or(0),
+            text: line_text(bytes),
+            is_match,
+            gap_before: std::mem::take(&mut self.gap),
+        });
+    }
+}
+
+impl Sink for LineSink {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, Self::Error> {
+        // Without multi-line mode a match is exactly one line.
+        self.matches += 1;
+        if self.matches <= self.keep {
+            self.push(mat.line_number(), mat.bytes(), true);
+        }
+        Ok(true)
+    }
+
+    fn context(&mut self, _: &Searcher, ctx: &SinkContext<'_>) -> Result<bool, Self::Error> {
+        let wanted = match ctx.kind() {
+            SinkContextKind::Before => self.matches < self.keep,
+            SinkContextKind::After => self.matches <= self.keep,
+            SinkContextKind::Other => false,
+        };
+        if wanted {
+            self.push(ctx.line_number(), ctx.bytes(), false);
+        }
+        Ok(true)
+    }
+
+    fn context_break(&mut self, _: &Searcher) -> Result<bool, Self::Error> {
+        self.gap = !self.lines.is_empty();
+        Ok(true)
+    }
+}
+
+/// A line's text: terminator dropped, invalid UTF-8 replaced, cut at [`MAX_LINE_CHARS`].
+fn line_text(bytes: &[u8]) -> String {
+    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    if bytes.len() <= MAX_LINE_CHARS {
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    let text = String::from_utf8_lossy(bytes);
+    let total = text.chars().count();
+    if total <= MAX_LINE_CHARS {
+        return text.into_owned();
+    }
+    let end = text
+        .char_indices()
+        .nth(MAX_LINE_CHARS)
+        .map_or(text.len(), |(i, _)| i);
+    format!(
+        "{} [... {} more characters cut]",
+        &text[..end],
+        total - MAX_LINE_CHARS
+    )
+}
+
+/// Sort by path and cut to the limits (whole files first, then lines).
+fn select(mut c: Collected, limits: Option<GrepLimits>, context: usize) -> GrepOutcome {
+    c.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    let mut outcome = GrepOutcome {
+        files: Vec::new(),
+        total_files: c.total_files,
+        total_matches: c.total_matches,
+        searched_files: c.searched,
+    };
+    let Some(limits) = limits else {
+        outcome.files = c.files;
+        return outcome;
+    };
+    let mut budget = limits.max_lines as u64;
+    for mut file in c.files {
+        if outcome.files.len() >= limits.max_files || budget == 0 {
+            break;
+        }
+        let stored = file.lines.iter().filter(|l| l.is_match).count() as u64;
+        if stored > budget {
+            cut_after_matches(&mut file.lines, budget, context);
+            budget = 0;
+        } else {
+            budget -= stored;
+        }
+        outcome.files.push(file);
+    }
+    outcome
+}
+
+/// Keep the first `n` matching lines and the context that follows the last of them.
+fn cut_after_matches(lines: &mut Vec<GrepLine>, n: u64, context: usize) {
+    let mut seen = 0;
+    let mut last_match = None;
+    let mut end = lines.len();
+    for (i, l) in lines.iter().enumerate() {
+        if l.is_match {
+            if seen == n {
+                end = i;
+                break;
+            }
+            seen += 1;
+            last_match = Some(l.number);
+        }
+    }
+    lines.truncate(end);
+    if let Some(last) = last_match {
+        while lines
+            .last()
+            .is_some_and(|l| !l.is_match && (l.gap_before || l.number > last + context as u64))
+        {
+            lines.pop();
+        }
+    }
+}
+
+/// The model-facing text of an outcome: `path:line:text`, `path-line-text`, `--` gaps.
+pub fn render(outcome: &GrepOutcome, context: usize) -> String {
+    let mut out = String::new();
+    for (i, file) in outcome.files.iter().enumerate() {
+        if context > 0 && i > 0 {
+            out.push_str("--\n");
+        }
+        for line in &file.lines {
+            if line.gap_before {
+                out.push_str("--\n");
+            }
+            let sep = if line.is_match { ':' } else { '-' };
+            out.push_str(&file.path);
+            out.push(sep);
+            out.push_str(&line.number.to_string());
+            out.push(sep);
+            out.push_str(&line.text);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The footer that says what was left out, if anything.
+fn footer(outcome: &GrepOutcome) -> Option<String> {
+    let shown = outcome.shown_matches();
+    if shown >= outcome.total_matches {
+        return None;
+    }
+    let fully_shown = outcome
+        .files
+        .iter()
+        .filter(|f| f.lines.iter().filter(|l| l.is_match).count() as u64 == f.match_count)
+        .count() as u64;
+    let more_files = outcome.total_files - fully_shown;
+    Some(format!(
+        "[{} more matches in {} files not shown ({} matches in {} files in all); narrow the \
+         pattern or path, or use file_pattern]",
+        outcome.total_matches - shown,
+        more_files,
+        outcome.total_matches,
+        outcome.total_files
+    ))
+}
+
+/// The `grep` tool (loopr dialect).
+pub struct GrepTool {
+    env: Arc<ToolEnv>,
+}
+
+impl GrepTool {
+    /// A `grep` over `env`'s workspace.
+    pub fn new(env: Arc<ToolEnv>) -> Self {
+        Self { env }
+    }
+}
+
+#[async_trait]
+impl TypedTool for GrepTool {
+    type Args = GrepArgs;
+
+    fn name(&self) -> &str {
+        "grep"
+    }
+
+    fn description(&self) -> &str {
+        DESCRIPTION
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::READ_ONLY
+    }
+
+    async fn run(&self, args: GrepArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        if args.pattern.is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "grep: `pattern` is empty; give a regular expression".into(),
+            ));
+        }
+        let path = args.path.as_deref().unwrap_or(".");
+        let root = self.env.workspace.locate(path, &ctx.cwd)?;
+        if self.env.workspace.metadata(&root)?.is_none() {
+            return Err(ToolError::FileNotFound(path.into()));
+        }
+        let context = args.context.unwrap_or(0).min(MAX_CONTEXT);
+        let query = GrepQuery {
+            pattern: args.pattern.clone(),
+            root: root.clone(),
+            file_pattern: args.file_pattern.clone(),
+            context,
+            limits: Some(GrepLimits::default()),
+        };
+        let env = self.env.clone();
+        let cancel = ctx.cancel.clone();
+        let outcome = super::blocking(move || search(&env.workspace, &query, &cancel)).await?;
+        let budget = super::output_budget(&self.env, "grep", ctx.max_output_bytes);
+        let output = if outcome.total_matches == 0 {
+            let filter = args
+                .file_pattern
+                .as_deref()
+                .map(|p| format!(" (files matching `{p}`)"))
+                .unwrap_or_default();
+            format!(
+                "No matches for `{}` in {}{filter} ({} files searched).",
+                args.pattern, root, outcome.searched_files
+            )
+        } else {
+            let mut text = render(&outcome, context);
+            if let Some(f) = footer(&outcome) {
+                text.push_str(&f);
+                text.push('\n');
+            }
+            head_tail(&text, budget, Some("narrow the pattern or path")).text
+        };
+        let matches: Vec<_> = outcome
+            .files
+            .iter()
+            .flat_map(|f| {
+                f.lines
+                    .iter()
+                    .filter(|l| l.is_match)
+                    .map(move |l| json!({"path": f.path, "line": l.number, "text": l.text}))
+            })
+            .collect();
+        let data = json!({
+            "matches": matches,
+            "total_matches": outcome.total_matches,
+            "total_files": outcome.total_files,
+            "searched_files": outcome.searched_files,
+            "truncated": outcome.truncated(),
+        });
+        Ok(ToolResult::ok(output).with_data(data))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_are_cut_on_a_char_boundary() {
+        let line = "é".repeat(600);
+        let t = line_text(line.as_bytes());
+        assert!(t.starts_with(&"é".repeat(500)));
+        assert!(t.ends_with("[... 100 more characters cut]"));
+        assert_eq!(line_text(b"abc\r\n"), "abc");
+    }
+
+    #[test]
+    fn bad_regex_says_where() {
+        let e = matcher("foo(bar").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("unclosed group"), "{msg}");
+        assert!(msg.contains('^'), "{msg}");
+    }
+
+    #[test]
+    fn cut_keeps_trailing_context_of_the_last_match() {
+        let l = |n, m, g| GrepLine {
+            number: n,
+            text: String::new(),
+            is_match: m,
+            gap_before: g,
+        };
+        let mut lines = vec![
+            l(1, true, false),
+            l(2, false, false),
+            l(9, false, true),
+            l(10, true, false),
+        ];
+        cut_after_matches(&mut lines, 1, 1);
+        assert_eq!(lines.len(), 2);
+    }
+}

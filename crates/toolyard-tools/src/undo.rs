@@ -1,0 +1,102 @@
+//! `undo`: revert a journaled change (the session's last one by default). An undo is itself
+//! journaled, so undoing it redoes the change.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_workspace::{ChangeId, RelPath};
+
+use crate::records::LocalRecords;
+
+/// Arguments of `undo`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UndoArgs {
+    /// The change to revert (default: this session's last change that is not undone).
+    pub change_id: Option<i64>,
+    /// Revert even if the file changed since that change (its later content is journaled too).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `undo`: restore a file to its content before a change.
+pub struct Undo {
+    records: Arc<LocalRecords>,
+}
+
+#[async_trait]
+impl TypedTool for Undo {
+    type Args = UndoArgs;
+
+    fn name(&self) -> &str {
+        "undo"
+    }
+
+    fn description(&self) -> &str {
+        "Undo a change made by write_file, edit_file or undo: restores the exact previous bytes \
+         and mode, or removes a file the change created. Without change_id, undoes this \
+         session's last change; call it again to go further back. Refuses if the file changed \
+         since, unless force is true."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::MUTATING
+    }
+
+    async fn run(&self, args: UndoArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let journal = &self.records.journal;
+        let id = match args.change_id {
+            Some(id) => ChangeId(id),
+            None => journal
+                .last_of_session(&ctx.session_id)?
+                .map(|c| c.id)
+                .ok_or_else(|| {
+                    ToolError::NotFound(
+                        "this session has no change left to undo; `toolyard log` lists every change"
+                            .into(),
+                    )
+                })?,
+        };
+        let change = journal.get(id)?;
+        let out = journal.undo(
+            &self.records.workspace,
+            id,
+            &ctx.session_id,
+            &ctx.call_id,
+            args.force,
+        )?;
+        let rel = RelPath::from_normalized(&out.path);
+        match &out.new_hash {
+            Some(h) => self.records.ledger.record_write(&ctx.session_id, &rel, h)?,
+            None => self.records.ledger.forget(&ctx.session_id, &rel)?,
+        }
+        let what = if out.removed {
+            format!("removed {} (change #{} had created it)", out.path, id.0)
+        } else {
+            format!(
+                "restored {} to its content before change #{} ({} bytes)",
+                out.path, id.0, out.bytes
+            )
+        };
+        let verb = if out.redo { "Redid" } else { "Undid" };
+        Ok(ToolResult::ok(format!(
+            "{verb} change #{} ({} on {}): {what}. This undo is change #{}; undo it to {}.",
+            id.0,
+            change.tool,
+            change.path,
+            out.undo.0,
+            if out.redo { "revert again" } else { "redo" }
+        ))
+        .with_data(json!(out))
+        .with_files_changed(vec![out.path.clone()]))
+    }
+}
+
+/// The `undo` tool over the server's own records.
+pub fn tools(records: Arc<LocalRecords>) -> Vec<Arc<dyn Tool>> {
+    vec![Arc::new(Typed(Undo { records }))]
+}

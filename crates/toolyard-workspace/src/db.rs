@@ -1,0 +1,107 @@
+//! The state database (`state.db` in the [`StateDir`]): one SQLite file shared by the read
+//! ledger and the journal, opened by every Toolyard process of the workspace.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use toolyard_core::ToolError;
+
+use crate::state::StateDir;
+
+/// How long a statement waits for another process's lock before it gives up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How durably a connection commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// `synchronous=FULL`: a commit is on disk when it returns (the journal).
+    Full,
+    /// `synchronous=NORMAL`: consistent after a crash, the last commits may be lost (the ledger).
+    Normal,
+}
+
+/// Open `state.db` with the pragmas every user needs: WAL (readers never block the writer),
+/// a busy timeout (concurrent processes wait instead of failing), and the given durability.
+pub(crate) fn open(state: &StateDir, durability: Durability) -> Result<Connection, ToolError> {
+    let path = state.db_path();
+    let conn = Connection::open(&path)
+        .map_err(|e| ToolError::Io(format!("cannot open {}: {e}", path.display())))?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(db_err)?;
+    // Only takes effect on a new, empty database: lets pruning give pages back to the OS.
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+        .map_err(db_err)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .map_err(db_err)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(%mode, "state.db is not in WAL mode; concurrent processes may wait longer");
+    }
+    let sync = match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", sync)
+        .map_err(db_err)?;
+    // Keep the WAL file from staying at the size of the largest transaction (a 100 MiB file).
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024_i64)
+        .map_err(db_err)?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS toolyard_schema (
+             component TEXT PRIMARY KEY,
+             version   INTEGER NOT NULL
+         );",
+    )
+    .map_err(db_err)?;
+    Ok(conn)
+}
+
+/// Make sure `component`'s tables are at `version`, creating them with `ddl` on first use.
+/// A database written by a newer Toolyard is refused rather than misread.
+pub(crate) fn ensure_schema(
+    conn: &mut Connection,
+    component: &str,
+    version: i64,
+    ddl: &str,
+) -> Result<(), ToolError> {
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(db_err)?;
+    let found: Option<i64> = tx
+        .query_row(
+            "SELECT version FROM toolyard_schema WHERE component = ?1",
+            params![component],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(db_err)?;
+    match found {
+        Some(v) if v == version => {}
+        Some(v) if v > version => {
+            return Err(ToolError::Unavailable(format!(
+                "state.db holds {component} schema version {v}, newer than this Toolyard understands ({version}); upgrade Toolyard or set TOOLYARD_STATE_DIR elsewhere"
+            )));
+        }
+        _ => {
+            tx.execute_batch(ddl).map_err(db_err)?;
+            tx.execute(
+                "INSERT INTO toolyard_schema (component, version) VALUES (?1, ?2)
+                 ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+                params![component, version],
+            )
+            .map_err(db_err)?;
+        }
+    }
+    tx.commit().map_err(db_err)
+}
+
+/// Lock a connection; a panic in another thread leaves it usable (its transaction rolled back
+/// when the guard's `Transaction` dropped), so poisoning is not an error here.
+pub(crate) fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    conn.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A database error as a tool error.
+pub(crate) fn db_err(e: rusqlite::Error) -> ToolError {
+    ToolError::Io(format!("state database: {e}"))
+}

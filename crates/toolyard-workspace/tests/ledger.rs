@@ -1,0 +1,124 @@
+//! The read ledger: persisted, shared between processes of one session, judged by content.
+
+mod common;
+
+use common::Fixture;
+use toolyard_workspace::{Ledger, hash_bytes};
+
+#[test]
+fn a_read_recorded_by_one_process_is_seen_by_another() {
+    let fx = Fixture::new();
+    let a = fx.rel("src/a.rs");
+    let first = Ledger::open(&fx.state).unwrap();
+    first.record_read("s1", &a, "h1").unwrap();
+    drop(first);
+    // A second open is what a separate `toolyard call --session s1` does.
+    let second = Ledger::open(&fx.state).unwrap();
+    assert_eq!(second.seen("s1", &a).unwrap().as_deref(), Some("h1"));
+    second.check_write("s1", &a, "h1").unwrap();
+}
+
+#[test]
+fn two_open_ledgers_see_each_others_updates_live() {
+    let fx = Fixture::new();
+    let a = fx.rel("a.txt");
+    let one = Ledger::open(&fx.state).unwrap();
+    let two = Ledger::open(&fx.state).unwrap();
+    one.record_read("s", &a, "old").unwrap();
+    assert_eq!(two.seen("s", &a).unwrap().as_deref(), Some("old"));
+    two.record_write("s", &a, "new").unwrap();
+    assert_eq!(one.seen("s", &a).unwrap().as_deref(), Some("new"));
+}
+
+#[test]
+fn write_over_an_unread_file_is_refused_with_not_read() {
+    let fx = Fixture::new();
+    let ledger = Ledger::open(&fx.state).unwrap();
+    let e = ledger
+        .check_write("s", &fx.rel("notes.md"), &hash_bytes(b"x"))
+        .unwrap_err();
+    assert_eq!(e.kind(), "not_read");
+    assert_eq!(
+        e.to_string(),
+        "notes.md has not been read in this session; call read_file on it first, then retry"
+    );
+}
+
+#[test]
+fn write_over_a_file_changed_since_read_is_refused_with_stale_read() {
+    let fx = Fixture::new();
+    let ledger = Ledger::open(&fx.state).unwrap();
+    let p = fx.rel("notes.md");
+    ledger.record_read("s", &p, &hash_bytes(b"before")).unwrap();
+    let e = ledger
+        .check_write("s", &p, &hash_bytes(b"after"))
+        .unwrap_err();
+    assert_eq!(e.kind(), "stale_read");
+    assert!(
+        e.to_string()
+            .contains("changed on disk since this session last read it"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("read_file again"), "{e}");
+}
+
+#[test]
+fn a_session_s_own_write_allows_a_second_edit_without_rereading() {
+    let fx = Fixture::new();
+    let ledger = Ledger::open(&fx.state).unwrap();
+    let p = fx.rel("f");
+    ledger.record_read("s", &p, &hash_bytes(b"v1")).unwrap();
+    ledger.check_write("s", &p, &hash_bytes(b"v1")).unwrap();
+    ledger.record_write("s", &p, &hash_bytes(b"v2")).unwrap();
+    ledger.check_write("s", &p, &hash_bytes(b"v2")).unwrap();
+}
+
+#[test]
+fn sessions_do_not_share_reads() {
+    let fx = Fixture::new();
+    let ledger = Ledger::open(&fx.state).unwrap();
+    let p = fx.rel("f");
+    ledger.record_read("alice", &p, "h").unwrap();
+    assert_eq!(
+        ledger.check_write("bob", &p, "h").unwrap_err().kind(),
+        "not_read"
+    );
+}
+
+#[test]
+fn snapshot_holds_exactly_the_session_s_view() {
+    let fx = Fixture::new();
+    let ledger = Ledger::open(&fx.state).unwrap();
+    ledger.record_read("s", &fx.rel("a"), "ha").unwrap();
+    ledger.record_read("s", &fx.rel("dir/b"), "hb").unwrap();
+    ledger.record_read("other", &fx.rel("c"), "hc").unwrap();
+    ledger.forget("s", &fx.rel("a")).unwrap();
+    let snap = ledger.snapshot("s").unwrap();
+    assert_eq!(
+        snap.into_iter().collect::<Vec<_>>(),
+        vec![("dir/b".to_string(), "hb".to_string())]
+    );
+}
+
+#[test]
+fn concurrent_writers_in_separate_connections_do_not_fail() {
+    let fx = Fixture::new();
+    let ledgers: Vec<Ledger> = (0..4).map(|_| Ledger::open(&fx.state).unwrap()).collect();
+    std::thread::scope(|s| {
+        for (t, ledger) in ledgers.iter().enumerate() {
+            let fx = &fx;
+            s.spawn(move || {
+                for i in 0..100 {
+                    let p = fx.rel(&format!("f{i}"));
+                    ledger
+                        .record_read(&format!("s{t}"), &p, &format!("h{i}"))
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let check = Ledger::open(&fx.state).unwrap();
+    for t in 0..4 {
+        assert_eq!(check.snapshot(&format!("s{t}")).unwrap().len(), 100);
+    }
+}

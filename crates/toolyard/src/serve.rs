@@ -1,0 +1,80 @@
+//! `toolyard serve`: the MCP server front door (stdio by default, streamable HTTP with --http).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use crate::Common;
+
+/// Options of `toolyard serve`.
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Serve streamable HTTP on this address (e.g. 127.0.0.1:8080; port 0 picks a free one and
+    /// the address is printed on stderr) at the path /mcp, instead of stdio.
+    #[arg(long)]
+    pub http: Option<String>,
+}
+
+/// Run the MCP server until the client goes away (stdio) or a signal stops it (HTTP).
+pub fn serve(args: ServeArgs) -> Result<ExitCode> {
+    let rt = crate::runtime()?;
+    let result = rt.block_on(async {
+        // Built inside the runtime: the router spawns its runner tasks on it.
+        let dispatcher = Arc::new(crate::dispatcher(&args.common)?);
+        match &args.http {
+            None => toolyard_mcp::serve_stdio(dispatcher)
+                .await
+                .context("the MCP server over stdio failed"),
+            Some(addr) => serve_http(dispatcher, addr).await,
+        }
+    });
+    // A call still running when the client left must not keep the process alive: its runner is
+    // killed on drop, and blocked reader threads are not waited for.
+    rt.shutdown_timeout(Duration::from_millis(500));
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+async fn serve_http(dispatcher: Arc<toolyard_runner::Dispatcher>, addr: &str) -> Result<()> {
+    let server = toolyard_mcp::HttpServer::bind(dispatcher, addr).await?;
+    let local = server.local_addr()?;
+    // stderr, not stdout: scripts and tests read the chosen port from here.
+    eprintln!("toolyard: serving MCP on http://{local}/mcp");
+    let stop = server.shutdown_token();
+    tokio::spawn(async move {
+        signalled().await;
+        stop.cancel();
+    });
+    server
+        .run()
+        .await
+        .context("the MCP server over HTTP failed")
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn signalled() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
