@@ -76,7 +76,7 @@ pub struct ToolSpec {
     pub max_timeout_ms: u64,
     /// The most output bytes the model gets.
     pub max_output_bytes: u64,
-    /// The description shown to the model, when the catalog sets one.
+    /// The description shown to the model, when the catalog file sets one.
     pub description: Option<String>,
 }
 
@@ -216,6 +216,11 @@ impl Catalog {
         let sections = file.take_sections();
 
         let mut entries = base.tools;
+        // The built-in descriptions are seed 000's one-liners; the tools' own are richer, so
+        // only a description the file sets replaces a tool's.
+        for e in entries.values_mut() {
+            e.description = None;
+        }
         for (name, over) in file.tools {
             let merged = match entries.remove(&name) {
                 Some(mut e) => {
@@ -223,7 +228,7 @@ impl Catalog {
                     e.timeout_ms = over.timeout_ms.or(e.timeout_ms);
                     e.max_timeout_ms = over.max_timeout_ms.or(e.max_timeout_ms);
                     e.max_output_bytes = over.max_output_bytes.or(e.max_output_bytes);
-                    e.description = over.description.or(e.description);
+                    e.description = over.description;
                     e.enabled = over.enabled.or(e.enabled);
                     e
                 }

@@ -69,10 +69,10 @@ fn detect() -> Mechanism {
     if wanted("user+pid-namespace") {
         candidates.push(Mechanism::UserPidNamespace);
     }
-    if wanted("cgroup-v2") {
-        if let Some(dir) = delegated_cgroup() {
-            candidates.push(Mechanism::Cgroup(dir));
-        }
+    if wanted("cgroup-v2")
+        && let Some(dir) = delegated_cgroup()
+    {
+        candidates.push(Mechanism::Cgroup(dir));
     }
     for m in candidates {
         match probe(&m) {

@@ -144,12 +144,24 @@ impl Dispatcher {
         self.tools.keys().map(String::as_str).collect()
     }
 
-    /// Definitions of the tools served, sorted by name; catalog descriptions are appended.
+    /// Definitions of the tools served, sorted by name. A description set in the catalog file
+    /// replaces the tool's own (for tools that keep their catalog name).
     pub fn definitions(&self) -> Vec<ToolDefinition> {
         self.tools
             .values()
-            .map(|t| ToolDefinition::of(t.tool.as_ref(), None))
+            .map(|t| {
+                let custom = (t.tool.name() == t.engine)
+                    .then(|| self.config.catalog.tool(t.engine))
+                    .flatten()
+                    .and_then(|s| s.description.as_deref());
+                ToolDefinition::of(t.tool.as_ref(), custom)
+            })
             .collect()
+    }
+
+    /// The catalog entry a served tool runs under (its lane and limits).
+    pub fn spec_of(&self, tool: &str) -> Option<ToolSpec> {
+        self.tools.get(tool).map(|t| self.spec(t.engine))
     }
 
     fn spec(&self, engine: &str) -> ToolSpec {

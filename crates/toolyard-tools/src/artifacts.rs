@@ -381,10 +381,12 @@ impl Artifact for Spec {
             check_name(&format!("phases[{i}].name"), &ph.name, &mut p);
             check_text(&format!("phases[{i}].title"), &ph.title, &mut p);
             check_text(&format!("phases[{i}].description"), &ph.description, &mut p);
-            if let Some(v) = &ph.validation {
-                if v.trim().is_empty() {
-                    p.push(format!("phases[{i}].validation: is empty; leave it out or say how to check the phase"));
-                }
+            if let Some(v) = &ph.validation
+                && v.trim().is_empty()
+            {
+                p.push(format!(
+                    "phases[{i}].validation: is empty; leave it out or say how to check the phase"
+                ));
             }
         }
         check_unique(
@@ -587,10 +589,10 @@ pub fn list_artifacts(ws: &Workspace) -> Result<Vec<ArtifactInfo>, ToolError> {
         for entry in dir.entries().map_err(|e| ws.map_err(e, &rel))? {
             let entry = entry.map_err(|e| ws.map_err(e, &rel))?;
             let file_name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(stem) = file_name.strip_suffix(".json") {
-                if !stem.starts_with('.') {
-                    names.push(stem.to_string());
-                }
+            if let Some(stem) = file_name.strip_suffix(".json")
+                && !stem.starts_with('.')
+            {
+                names.push(stem.to_string());
             }
         }
         names.sort();

@@ -317,9 +317,8 @@ impl TypedTool for ProjectCommand {
     }
 }
 
-/// The five command tools over `env`.
-pub fn tools(env: Arc<ToolEnv>) -> Result<Vec<Arc<dyn Tool>>, ToolError> {
-    let commands = Arc::new(CommandEnv::new(env)?);
+/// The five command tools, sharing `commands`.
+pub fn tools(commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>> {
     let run = |name| -> Arc<dyn Tool> {
         Arc::new(Typed(RunCommand {
             name,
@@ -332,11 +331,11 @@ pub fn tools(env: Arc<ToolEnv>) -> Result<Vec<Arc<dyn Tool>>, ToolError> {
             commands: commands.clone(),
         }))
     };
-    Ok(vec![
+    vec![
         run("run_command"),
         run("run_command_isolated"),
         project("build"),
         project("test"),
         project("validate"),
-    ])
+    ]
 }

@@ -28,12 +28,15 @@ struct Seen {
     body: Value,
 }
 
+/// One scripted answer: status, extra headers, body, delay before answering.
+type Answer = (StatusCode, Vec<(&'static str, String)>, String, Duration);
+
 /// A scripted server: answers the queued responses in order (the last one repeats) and records
 /// every request.
 #[derive(Clone, Default)]
 struct Script {
     seen: Arc<Mutex<Vec<Seen>>>,
-    answers: Arc<Mutex<Vec<(StatusCode, Vec<(&'static str, String)>, String, Duration)>>>,
+    answers: Arc<Mutex<Vec<Answer>>>,
 }
 
 impl Script {

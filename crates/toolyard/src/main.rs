@@ -270,7 +270,6 @@ fn tools(args: ToolsArgs) -> Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&json)?);
         }
         None => {
-            let catalog = &dispatcher.config().catalog;
             println!(
                 "{} tools (dialect {}, profile {}):",
                 defs.len(),
@@ -278,8 +277,8 @@ fn tools(args: ToolsArgs) -> Result<ExitCode> {
                 args.common.profile
             );
             for d in &defs {
-                let lane = catalog
-                    .tool(&d.name)
+                let lane = dispatcher
+                    .spec_of(&d.name)
                     .map(|s| s.lane.to_string())
                     .unwrap_or_default();
                 let first = d.description.split(". ").next().unwrap_or("");

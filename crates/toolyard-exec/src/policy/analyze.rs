@@ -243,10 +243,10 @@ impl<'p> Analyzer<'p> {
             } else {
                 flow.clone()
             };
-            if i == last {
-                if let Some(l) = &last_stdin {
-                    input = l.clone();
-                }
+            if i == last
+                && let Some(l) = &last_stdin
+            {
+                input = l.clone();
             }
             let o = self.node(*st, src, &input)?;
             facts |= o.facts;
@@ -351,13 +351,11 @@ impl<'p> Analyzer<'p> {
         }
         let writes = read_write || matches!(op, ">" | ">>" | "&>" | "&>>" | ">|" | "<>" | ">&");
         let mut pending = None;
-        if writes {
-            if let Some(w) = dests.iter().find(|w| super::paths::unsafe_device(w)) {
-                pending = Some(block::dev_write(
-                    &format!("the redirection `{op} {}`", w.lossy()),
-                    &w.lossy(),
-                ));
-            }
+        if writes && let Some(w) = dests.iter().find(|w| super::paths::unsafe_device(w)) {
+            pending = Some(block::dev_write(
+                &format!("the redirection `{op} {}`", w.lossy()),
+                &w.lossy(),
+            ));
         }
         let stdin = (op == "<" && !read_write).then(|| {
             if dests.iter().any(Word::downloads)
@@ -429,10 +427,10 @@ impl<'p> Analyzer<'p> {
     fn function(&mut self, n: Node, src: &str) -> R<Out> {
         let name = n.child_by_field_name("name").map(|k| text(k, src));
         let body = n.child_by_field_name("body");
-        if let (Some(name), Some(body)) = (name, body) {
-            if fork_bomb(name, body, src) {
-                self.guard(false, block::fork_bomb(name))?;
-            }
+        if let (Some(name), Some(body)) = (name, body)
+            && fork_bomb(name, body, src)
+        {
+            self.guard(false, block::fork_bomb(name))?;
         }
         self.children(n, src, &Flow::Inherit)
     }

@@ -721,22 +721,20 @@ pub(crate) fn check_builtin(name: &str, words: &[Word]) -> Option<Block> {
             let mut ops = Vec::new();
             let mut end = false;
             for w in args {
-                if !end {
-                    if let Some(t) = w.option() {
-                        if t == "--" {
-                            end = true;
-                            continue;
-                        }
-                        if let Some(long) = t.strip_prefix("--") {
-                            recursive |= "recursive".starts_with(long);
-                            reference |= long.starts_with("reference");
-                            continue;
-                        }
-                        // `chmod -x f`, `chmod -rwx f`: a mode, not flags.
-                        if name != "chmod" || t[1..].chars().all(|c| "RcfvhHLP".contains(c)) {
-                            recursive |= t.contains('R');
-                            continue;
-                        }
+                if !end && let Some(t) = w.option() {
+                    if t == "--" {
+                        end = true;
+                        continue;
+                    }
+                    if let Some(long) = t.strip_prefix("--") {
+                        recursive |= "recursive".starts_with(long);
+                        reference |= long.starts_with("reference");
+                        continue;
+                    }
+                    // `chmod -x f`, `chmod -rwx f`: a mode, not flags.
+                    if name != "chmod" || t[1..].chars().all(|c| "RcfvhHLP".contains(c)) {
+                        recursive |= t.contains('R');
+                        continue;
                     }
                 }
                 ops.push(w);

@@ -50,11 +50,11 @@ pub(crate) fn compile(chars: &[(char, bool)], strict: bool) -> Result<Vec<G>, St
 /// Parse a class starting after `[`; returns the class and the index after `]`.
 fn class(chars: &[(char, bool)], mut i: usize) -> Option<(G, usize)> {
     let mut neg = false;
-    if let Some(&(c, true)) = chars.get(i) {
-        if c == '!' || c == '^' {
-            neg = true;
-            i += 1;
-        }
+    if let Some(&(c, true)) = chars.get(i)
+        && (c == '!' || c == '^')
+    {
+        neg = true;
+        i += 1;
     }
     let mut ranges = Vec::new();
     let mut first = true;

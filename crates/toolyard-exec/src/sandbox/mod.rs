@@ -565,10 +565,10 @@ fn denied_paths(config: &SandboxConfig, home: Option<&Path>) -> Vec<PathBuf> {
             continue;
         }
         // Also under the resolved home, so a symlinked home is covered when the entry is absent.
-        if let Some(home) = home {
-            if let (Ok(rel), Ok(real_home)) = (path.strip_prefix(home), home.canonicalize()) {
-                out.push(real_home.join(rel));
-            }
+        if let Some(home) = home
+            && let (Ok(rel), Ok(real_home)) = (path.strip_prefix(home), home.canonicalize())
+        {
+            out.push(real_home.join(rel));
         }
         if let Ok(real) = path.canonicalize() {
             out.push(real);

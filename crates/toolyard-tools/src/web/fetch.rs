@@ -102,10 +102,13 @@ impl Settings {
     }
 }
 
+/// Cached pages by (URL, raw), with the time they were fetched.
+type PageCache = HashMap<(String, bool), (Instant, Arc<Page>)>;
+
 /// The web_fetch tool; holds its 15-minute page cache.
 pub struct WebFetch {
     settings: Result<Settings, ToolError>,
-    cache: Mutex<HashMap<(String, bool), (Instant, Arc<Page>)>>,
+    cache: Mutex<PageCache>,
 }
 
 impl WebFetch {
@@ -130,14 +133,13 @@ impl WebFetch {
             return;
         };
         cache.retain(|_, (at, _)| at.elapsed() < ttl);
-        if cache.len() >= CACHE_ENTRIES {
-            if let Some(oldest) = cache
+        if cache.len() >= CACHE_ENTRIES
+            && let Some(oldest) = cache
                 .iter()
                 .min_by_key(|(_, (at, _))| *at)
                 .map(|(k, _)| k.clone())
-            {
-                cache.remove(&oldest);
-            }
+        {
+            cache.remove(&oldest);
         }
         cache.insert(key, (Instant::now(), page));
     }
@@ -309,23 +311,23 @@ async fn fetch(
         };
         let resp = sent.map_err(|e| reqwest_error(&host, e, s.timeout))?;
         let status = resp.status();
-        if status.is_redirection() {
-            if let Some(loc) = resp.headers().get(LOCATION) {
-                let loc = loc.to_str().map_err(|_| {
-                    ToolError::Upstream(format!(
-                        "{current} redirects to a Location that is not text"
-                    ))
-                })?;
-                let next = current.join(loc).map_err(|e| {
-                    ToolError::Upstream(format!(
-                        "{current} redirects to an invalid URL `{loc}`: {e}"
-                    ))
-                })?;
-                check_scheme(&next)?;
-                redirects.push(next.to_string());
-                current = next;
-                continue;
-            }
+        if status.is_redirection()
+            && let Some(loc) = resp.headers().get(LOCATION)
+        {
+            let loc = loc.to_str().map_err(|_| {
+                ToolError::Upstream(format!(
+                    "{current} redirects to a Location that is not text"
+                ))
+            })?;
+            let next = current.join(loc).map_err(|e| {
+                ToolError::Upstream(format!(
+                    "{current} redirects to an invalid URL `{loc}`: {e}"
+                ))
+            })?;
+            check_scheme(&next)?;
+            redirects.push(next.to_string());
+            current = next;
+            continue;
         }
         if !status.is_success() {
             let (body, _) = read_capped(resp, 2048, cancel).await.unwrap_or_default();

@@ -10,6 +10,13 @@ use std::sync::Arc;
 use toolyard_core::{Tool, ToolError};
 
 use crate::ToolEnv;
+use crate::command::CommandEnv;
+
+mod loom;
+mod loom_py;
+
+pub use loom::{Bash, LoomEditFile, LoomReadFile};
+pub use loom_py::{PyEditFile, PyReadFile, SearchFiles, ShellExecute};
 
 /// A tool vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -71,63 +78,61 @@ pub struct DialectTool {
     pub engine: &'static str,
 }
 
-fn same(tools: Vec<Arc<dyn Tool>>) -> Vec<DialectTool> {
-    tools
-        .into_iter()
-        .map(|tool| {
-            let engine = engine_name(tool.name());
-            DialectTool { tool, engine }
-        })
-        .collect()
-}
-
-/// The loopr catalog entry for a loopr tool name (names are static for the catalog lookups).
-fn engine_name(name: &str) -> &'static str {
-    const NAMES: &[&str] = &[
-        "read_file",
-        "write_file",
-        "edit_file",
-        "list_directory",
-        "glob",
-        "grep",
-        "run_command",
-        "run_command_isolated",
-        "web_fetch",
-        "web_search",
-        "build",
-        "test",
-        "validate",
-        "complete_task",
-        "create_plan",
-        "create_spec",
-        "create_phase",
-        "undo",
-        "oracle",
+/// The catalog entry a dialect's tool runs under.
+fn engine_of(dialect: Dialect, name: &str) -> &'static str {
+    const ENGINES: &[&str] = &[
+        "read_file", "write_file", "edit_file", "list_directory", "glob", "grep", "run_command",
+        "run_command_isolated", "web_fetch", "web_search", "build", "test", "validate",
+        "complete_task", "create_plan", "create_spec", "create_phase", "undo", "oracle",
     ];
-    NAMES
-        .iter()
-        .find(|n| **n == name)
-        .copied()
-        .unwrap_or("run_command")
+    let engine = match (dialect, name) {
+        (Dialect::Loom, "bash") | (Dialect::LoomPy, "shell_execute") => "run_command",
+        (Dialect::Loom, "list_files") => "list_directory",
+        (Dialect::LoomPy, "search_files") => "grep",
+        (_, other) => other,
+    };
+    ENGINES.iter().find(|e| **e == engine).copied().unwrap_or("run_command")
 }
 
 /// The tools of `dialect` over `env`.
 pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, ToolError> {
-    Ok(match dialect {
-        Dialect::Loopr => {
-            let mut all = Vec::new();
-            all.extend(crate::files::tools(env.clone()));
-            all.extend(crate::search::tools(env.clone()));
-            all.extend(crate::command::tools(env.clone())?);
-            all.extend(crate::web::tools(env.clone()));
-            all.extend(crate::oracle::tools(env.clone()));
-            all.extend(crate::task::tools(env.clone()));
-            all.extend(crate::artifacts::tools(env.clone()));
-            if let Some(local) = &env.local {
-                all.extend(crate::undo::tools(local.clone()));
-            }
-            same(all)
+    let commands = Arc::new(CommandEnv::new(env.clone())?);
+    let mut loopr: Vec<Arc<dyn Tool>> = Vec::new();
+    loopr.extend(crate::files::tools(env.clone()));
+    loopr.extend(crate::search::tools(env.clone()));
+    loopr.extend(crate::command::tools(commands.clone()));
+    loopr.extend(crate::web::tools(env.clone()));
+    loopr.extend(crate::oracle::tools(env.clone()));
+    loopr.extend(crate::task::tools(env.clone()));
+    loopr.extend(crate::artifacts::tools(env.clone()));
+    if let Some(local) = &env.local {
+        loopr.extend(crate::undo::tools(local.clone()));
+    }
+    let shared = |names: &[&str]| -> Vec<Arc<dyn Tool>> {
+        loopr
+            .iter()
+            .filter(|t| names.contains(&t.name()))
+            .cloned()
+            .collect()
+    };
+    let chosen: Vec<Arc<dyn Tool>> = match dialect {
+        Dialect::Loopr => loopr.clone(),
+        Dialect::Loom => {
+            let mut v = loom::tools(env, commands);
+            v.extend(shared(&["web_search", "oracle", "undo"]));
+            v
         }
-        Dialect::Loom | Dialect::LoomPy => Vec::new(),
-    })
+        Dialect::LoomPy => {
+            let mut v = loom_py::tools(env, commands);
+            v.extend(shared(&["write_file", "list_directory", "undo"]));
+            v
+        }
+    };
+    Ok(chosen
+        .into_iter()
+        .map(|tool| {
+            let engine = engine_of(dialect, tool.name());
+            DialectTool { tool, engine }
+        })
+        .collect())
 }

@@ -1,0 +1,1290 @@
+//! Hooks: the user's own commands and actions around every call, configured in the catalog's
+//! `[hooks]` section. They are a layer around the call (see [`Hooks::around`]): the dispatcher
+//! runs the pre-tool hooks, then the call (inline or in its lane), then the post-tool hooks and
+//! the post-tools actions; a tool knows nothing of them.
+//!
+//! - **pre-tool / post-tool command hooks**, in the form of Claude Code's hooks: a `matcher`
+//!   (a regular expression that must match the whole tool name; `""` or `"*"` match every tool)
+//!   and a `command`, run with `sh -c` in the workspace root, in the server process, with the
+//!   call as JSON on its stdin (`hook_event_name`, `session_id`, `tool_name`, `tool_input`,
+//!   `cwd`, `call_id`, and for post-tool hooks `tool_response`, the call's [`ToolResult`]).
+//!   Exit 0 allows; its stdout may be a JSON reply, `{"decision": "block"|"approve", "reason"}`
+//!   or `{"hookSpecificOutput": {"permissionDecision": "allow"|"deny"|"ask",
+//!   "permissionDecisionReason"}}` (`ask` is a deny: there is nobody to ask). Exit 2 blocks a
+//!   pre-tool call with the hook's stderr as the error the model reads; after the call, exit 2
+//!   hands the stderr to the model as feedback. Any other exit, or a timeout (the hook's whole
+//!   process group is killed), is reported in the result and does not block.
+//! - **post-tools**: after a mutating call (file tools, undo, artifacts, command tools; see
+//!   [`is_mutating`]), an optional command and the built-in `auto_commit`, which commits what
+//!   the call changed to git with a message naming the tool and the call id. File tools commit
+//!   exactly their `files_changed`; command tools report no files, so the repository's status is
+//!   taken before and after the call and the paths that changed in between are committed (and
+//!   reported as the call's `files_changed`).
+//!
+//! Whatever a hook does after the call, the call's work stands: a failing hook never undoes it
+//! and never turns success into failure; it adds a note to `output` and an entry to
+//! `data.hooks`.
+//!
+//! ```toml
+//! [[hooks.pre_tool]]
+//! matcher = "edit_file|write_file"
+//! command = "/home/me/bin/check-edit.sh"
+//! timeout_ms = 10000
+//!
+//! [hooks.post_tools]
+//! auto_commit = true
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::future::Future;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+use toolyard_core::{Annotations, Catalog, ToolError, ToolResult};
+
+/// A command hook's time limit when its entry sets none (Claude Code's default, 60 s).
+pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 60_000;
+/// The default commit message of `auto_commit`; `{tool}`, `{call_id}`, `{session}` and
+/// `{files}` (comma-separated) are replaced.
+pub const DEFAULT_COMMIT_MESSAGE: &str = "toolyard: {tool} (call {call_id})";
+/// Catalog engine tools that change the workspace, whatever their annotations say.
+pub const MUTATING_ENGINES: &[&str] = &[
+    "write_file",
+    "edit_file",
+    "undo",
+    "run_command",
+    "run_command_isolated",
+    "build",
+    "test",
+    "validate",
+    "create_plan",
+    "create_spec",
+    "create_phase",
+];
+/// Engine tools that report exactly the files they changed in `files_changed`.
+pub const FILE_ENGINES: &[&str] = &[
+    "write_file",
+    "edit_file",
+    "undo",
+    "create_plan",
+    "create_spec",
+    "create_phase",
+];
+
+/// Bytes of a hook's stdout or stderr kept; the rest is read and dropped.
+const CAPTURE_LIMIT: usize = 64 * 1024;
+/// Characters of a hook's message shown in a result note.
+const NOTE_LIMIT: usize = 4000;
+
+/// The catalog's `[hooks]` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HooksConfig {
+    /// `[[hooks.pre_tool]]`: commands run before a matching call; one may block it.
+    #[serde(default)]
+    pub pre_tool: Vec<CommandHookConfig>,
+    /// `[[hooks.post_tool]]`: commands run after a matching call.
+    #[serde(default)]
+    pub post_tool: Vec<CommandHookConfig>,
+    /// `[hooks.post_tools]`: what runs after every mutating call.
+    #[serde(default)]
+    pub post_tools: PostToolsConfig,
+}
+
+/// One pre-tool or post-tool command hook.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandHookConfig {
+    /// A regular expression matched against the whole tool name; `""` or `"*"`: every tool.
+    #[serde(default)]
+    pub matcher: String,
+    /// The shell command (`sh -c`, in the workspace root, the call as JSON on stdin).
+    pub command: String,
+    /// Its time limit; past it the hook's process group is killed.
+    pub timeout_ms: Option<u64>,
+}
+
+/// `[hooks.post_tools]`: actions after a mutating call. Off by default.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostToolsConfig {
+    /// Commit what the call changed to git (seed 004's PostToolsHook).
+    #[serde(default)]
+    pub auto_commit: bool,
+    /// The commit message template (default [`DEFAULT_COMMIT_MESSAGE`]).
+    pub message: Option<String>,
+    /// A command run after every mutating call, before the commit (`sh -c`, JSON on stdin).
+    pub command: Option<String>,
+    /// Time limit of the command and of each git step.
+    pub timeout_ms: Option<u64>,
+    /// Let git run programs the repository's own `.git/config` names (filters, fsmonitor):
+    /// off by default, because a sandboxed command can write `.git/config` and auto-commit runs
+    /// git in the unsandboxed server process.
+    #[serde(default)]
+    pub trust_repo_config: bool,
+}
+
+/// The `[hooks]` section is invalid; the message names the entry.
+#[derive(Debug, thiserror::Error)]
+pub enum HookConfigError {
+    /// The catalog section did not deserialize.
+    #[error(transparent)]
+    Catalog(#[from] toolyard_core::CatalogError),
+    /// A matcher is not a valid regular expression.
+    #[error("[[hooks.{event}]] entry {index}: matcher {matcher:?} is not a valid regular expression: {source}")]
+    Matcher {
+        /// `pre_tool` or `post_tool`.
+        event: &'static str,
+        /// 1-based entry number.
+        index: usize,
+        /// The matcher.
+        matcher: String,
+        /// Why.
+        source: Box<regex::Error>,
+    },
+    /// A command is empty.
+    #[error("[hooks.{event}] entry {index}: command is empty")]
+    EmptyCommand {
+        /// `pre_tool`, `post_tool` or `post_tools`.
+        event: &'static str,
+        /// 1-based entry number.
+        index: usize,
+    },
+    /// A time limit of zero.
+    #[error("[hooks.{event}] entry {index}: timeout_ms must be greater than 0")]
+    ZeroTimeout {
+        /// `pre_tool`, `post_tool` or `post_tools`.
+        event: &'static str,
+        /// 1-based entry number.
+        index: usize,
+    },
+}
+
+impl From<HookConfigError> for ToolError {
+    fn from(e: HookConfigError) -> Self {
+        ToolError::InvalidArguments(e.to_string())
+    }
+}
+
+/// One call as the hooks see it.
+#[derive(Debug, Clone)]
+pub struct HookCall {
+    /// The session.
+    pub session: String,
+    /// The tool's name in the dispatcher's dialect (what matchers see).
+    pub tool: String,
+    /// The catalog entry it runs under.
+    pub engine: String,
+    /// The call's id.
+    pub call_id: String,
+    /// Its arguments.
+    pub args: Value,
+    /// The tool's annotations.
+    pub annotations: Annotations,
+}
+
+/// Whether a call may change the workspace: its engine is one of [`MUTATING_ENGINES`], or it
+/// says it is neither read-only nor harmless (`!read_only && destructive`; `complete_task`, which
+/// only writes Toolyard's own state, is not).
+pub fn is_mutating(engine: &str, annotations: Annotations) -> bool {
+    MUTATING_ENGINES.contains(&engine) || (!annotations.read_only && annotations.destructive)
+}
+
+/// How one hook went, as reported in `data.hooks`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookStatus {
+    /// It ran and had nothing to say (auto-commit: it committed).
+    Ok,
+    /// It blocked the call.
+    Blocked,
+    /// It handed the model feedback (post-tool exit 2 or a JSON reason).
+    Feedback,
+    /// Nothing to do (auto-commit: no change to commit).
+    Skipped,
+    /// It failed (non-zero exit, could not start, git error); the call was not affected.
+    Failed,
+    /// It ran past its time limit and was killed.
+    TimedOut,
+}
+
+/// One hook's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct HookReport {
+    /// `pre_tool`, `post_tool` or `post_tools`.
+    pub event: &'static str,
+    /// The command, or `auto_commit`.
+    pub hook: String,
+    /// How it went.
+    pub status: HookStatus,
+    /// Its exit code, for a command that exited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// What it said (stderr, a JSON reason, or the error).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The commit `auto_commit` made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The files `auto_commit` committed (workspace-relative).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+}
+
+impl HookReport {
+    fn new(event: &'static str, hook: &str, status: HookStatus) -> Self {
+        Self {
+            event,
+            hook: hook.to_string(),
+            status,
+            exit_code: None,
+            message: None,
+            commit: None,
+            files: Vec::new(),
+        }
+    }
+
+    fn message(mut self, m: impl Into<String>) -> Self {
+        self.message = Some(m.into());
+        self
+    }
+
+    /// The line for the model, if this report is worth one (failures and feedback).
+    fn note(&self) -> Option<String> {
+        let who = if self.hook == "auto_commit" {
+            "auto_commit".to_string()
+        } else {
+            format!("{} hook `{}`", self.event, self.hook)
+        };
+        let msg = self.message.as_deref().map(clip).unwrap_or_default();
+        match self.status {
+            HookStatus::Ok | HookStatus::Skipped | HookStatus::Blocked => None,
+            HookStatus::Feedback => Some(format!("{who} says: {msg}")),
+            HookStatus::Failed => Some(match self.exit_code {
+                Some(code) => format!("{who} failed (exit {code}): {msg}"),
+                None => format!("{who} failed: {msg}"),
+            }),
+            HookStatus::TimedOut => Some(format!("{who} {msg}")),
+        }
+    }
+}
+
+/// A compiled command hook.
+#[derive(Debug)]
+struct CommandHook {
+    matcher: Option<Regex>,
+    command: String,
+    timeout: Duration,
+}
+
+impl CommandHook {
+    fn compile(
+        event: &'static str,
+        index: usize,
+        c: &CommandHookConfig,
+    ) -> Result<Self, HookConfigError> {
+        if c.command.trim().is_empty() {
+            return Err(HookConfigError::EmptyCommand { event, index });
+        }
+        let matcher = match c.matcher.trim() {
+            "" | "*" => None,
+            m => Some(Regex::new(&format!("^(?:{m})$")).map_err(|source| {
+                HookConfigError::Matcher {
+                    event,
+                    index,
+                    matcher: c.matcher.clone(),
+                    source: Box::new(source),
+                }
+            })?),
+        };
+        Ok(Self {
+            matcher,
+            command: c.command.clone(),
+            timeout: timeout_of(event, index, c.timeout_ms)?,
+        })
+    }
+
+    fn matches(&self, tool: &str) -> bool {
+        self.matcher.as_ref().is_none_or(|m| m.is_match(tool))
+    }
+}
+
+fn timeout_of(event: &'static str, index: usize, ms: Option<u64>) -> Result<Duration, HookConfigError> {
+    match ms {
+        Some(0) => Err(HookConfigError::ZeroTimeout { event, index }),
+        Some(ms) => Ok(Duration::from_millis(ms)),
+        None => Ok(Duration::from_millis(DEFAULT_HOOK_TIMEOUT_MS)),
+    }
+}
+
+/// The hooks of one workspace, compiled from `[hooks]`; cheap to share.
+#[derive(Debug)]
+pub struct Hooks {
+    root: PathBuf,
+    pre: Vec<CommandHook>,
+    post: Vec<CommandHook>,
+    post_command: Option<CommandHook>,
+    auto_commit: bool,
+    message: String,
+    git_timeout: Duration,
+    trust_repo_config: bool,
+    /// One git operation at a time: concurrent commits would fight over `index.lock`.
+    git_lock: tokio::sync::Mutex<()>,
+}
+
+impl Hooks {
+    /// No hooks at all.
+    pub fn none(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            pre: Vec::new(),
+            post: Vec::new(),
+            post_command: None,
+            auto_commit: false,
+            message: DEFAULT_COMMIT_MESSAGE.into(),
+            git_timeout: Duration::from_millis(DEFAULT_HOOK_TIMEOUT_MS),
+            trust_repo_config: false,
+            git_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The hooks of `catalog`'s `[hooks]` section, run in the workspace at `root`.
+    pub fn from_catalog(catalog: &Catalog, root: &Path) -> Result<Self, HookConfigError> {
+        let config: HooksConfig = catalog.section("hooks")?;
+        Self::new(&config, root)
+    }
+
+    /// Compile `config` for the workspace at `root`.
+    pub fn new(config: &HooksConfig, root: &Path) -> Result<Self, HookConfigError> {
+        let compile = |event, list: &[CommandHookConfig]| {
+            list.iter()
+                .enumerate()
+                .map(|(i, c)| CommandHook::compile(event, i + 1, c))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let pt = &config.post_tools;
+        let post_command = match &pt.command {
+            Some(command) => Some(CommandHook::compile(
+                "post_tools",
+                1,
+                &CommandHookConfig {
+                    matcher: String::new(),
+                    command: command.clone(),
+                    timeout_ms: pt.timeout_ms,
+                },
+            )?),
+            None => None,
+        };
+        Ok(Self {
+            pre: compile("pre_tool", &config.pre_tool)?,
+            post: compile("post_tool", &config.post_tool)?,
+            post_command,
+            auto_commit: pt.auto_commit,
+            message: pt
+                .message
+                .clone()
+                .unwrap_or_else(|| DEFAULT_COMMIT_MESSAGE.into()),
+            git_timeout: timeout_of("post_tools", 1, pt.timeout_ms)?,
+            trust_repo_config: pt.trust_repo_config,
+            ..Self::none(root)
+        })
+    }
+
+    /// Whether no hook is configured (the dispatcher then skips this layer).
+    pub fn is_empty(&self) -> bool {
+        self.pre.is_empty() && self.post.is_empty() && !self.post_tools_on()
+    }
+
+    fn post_tools_on(&self) -> bool {
+        self.auto_commit || self.post_command.is_some()
+    }
+
+    /// Run `call` (the future `run`) inside the hooks: pre-tool hooks (a block returns
+    /// `ToolError::Blocked` and `run` never starts), the call, post-tool hooks, then, for a
+    /// mutating call, the post-tools command and auto-commit. Reports land in the result.
+    pub async fn around<F>(&self, call: &HookCall, cancel: &CancellationToken, run: F) -> ToolResult
+    where
+        F: Future<Output = ToolResult>,
+    {
+        let mut reports = Vec::new();
+        for hook in self.pre.iter().filter(|h| h.matches(&call.tool)) {
+            let input = self.event_json("PreToolUse", call, None);
+            let (report, verdict) = self.run_pre(hook, &input, cancel).await;
+            match verdict {
+                PreVerdict::Allow => {}
+                PreVerdict::Cancelled => return ToolError::Cancelled.into(),
+                PreVerdict::Block(reason) => {
+                    tracing::info!(tool = %call.tool, call = %call.call_id, hook = %hook.command, "pre_tool hook blocked the call");
+                    reports.push(report);
+                    let mut result: ToolResult = ToolError::Blocked {
+                        rule: format!("pre_tool hook `{}`", hook.command),
+                        reason,
+                    }
+                    .into();
+                    attach(&mut result, reports);
+                    return result;
+                }
+            }
+            reports.extend(report.worth_keeping());
+        }
+
+        let mutating = is_mutating(&call.engine, call.annotations);
+        let reports_files = FILE_ENGINES.contains(&call.engine.as_str());
+        // A command reports no files: what it changed is what git status shows changed
+        // between now and the end of the call.
+        let before = if self.auto_commit && mutating && !reports_files {
+            Some(self.snapshot().await)
+        } else {
+            None
+        };
+
+        let mut result = run.await;
+
+        for hook in self.post.iter().filter(|h| h.matches(&call.tool)) {
+            let input = self.event_json("PostToolUse", call, Some(&result));
+            reports.extend(self.run_post(hook, "post_tool", &input).await);
+        }
+        if mutating && self.post_tools_on() {
+            if let Some(hook) = &self.post_command {
+                let input = self.event_json("PostTools", call, Some(&result));
+                reports.extend(self.run_post(hook, "post_tools", &input).await);
+            }
+            if self.auto_commit {
+                let report = self.auto_commit(call, &mut result, before).await;
+                reports.push(report);
+            }
+        }
+        attach(&mut result, reports);
+        result
+    }
+
+    fn event_json(&self, event: &str, call: &HookCall, response: Option<&ToolResult>) -> Vec<u8> {
+        let mut v = json!({
+            "hook_event_name": event,
+            "session_id": call.session,
+            "tool_name": call.tool,
+            "tool_input": call.args,
+            "cwd": self.root,
+            "call_id": call.call_id,
+        });
+        if let Some(r) = response {
+            v["tool_response"] = serde_json::to_value(r).unwrap_or(Value::Null);
+            v["files_changed"] = json!(r.files_changed);
+        }
+        serde_json::to_vec(&v).unwrap_or_default()
+    }
+
+    async fn run_hook(
+        &self,
+        hook: &CommandHook,
+        event: &str,
+        input: &[u8],
+        cancel: Option<&CancellationToken>,
+    ) -> io::Result<ProcOutput> {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(&hook.command)
+            .current_dir(&self.root)
+            .env("TOOLYARD_WORKSPACE", &self.root)
+            .env("TOOLYARD_HOOK_EVENT", event)
+            // Hooks written for Claude Code find their scripts through it.
+            .env("CLAUDE_PROJECT_DIR", &self.root);
+        run_process(cmd, input.to_vec(), hook.timeout, cancel).await
+    }
+
+    async fn run_pre(
+        &self,
+        hook: &CommandHook,
+        input: &[u8],
+        cancel: &CancellationToken,
+    ) -> (HookReport, PreVerdict) {
+        let out = self.run_hook(hook, "PreToolUse", input, Some(cancel)).await;
+        let mut report = HookReport::new("pre_tool", &hook.command, HookStatus::Ok);
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                report.status = HookStatus::Failed;
+                report.message = Some(format!("could not start: {e}"));
+                return (report, PreVerdict::Allow);
+            }
+        };
+        if out.cancelled {
+            return (report, PreVerdict::Cancelled);
+        }
+        if out.timed_out {
+            report.status = HookStatus::TimedOut;
+            report.message = Some(timed_out_message(hook.timeout));
+            return (report, PreVerdict::Allow);
+        }
+        report.exit_code = out.status.and_then(|s| s.code());
+        let stderr = text(&out.stderr);
+        match report.exit_code {
+            Some(0) => match json_decision(&out.stdout) {
+                Some(Decision::Block(reason)) => {
+                    report.status = HookStatus::Blocked;
+                    report.message = Some(reason.clone());
+                    (report, PreVerdict::Block(reason))
+                }
+                Some(Decision::Feedback(_)) | None => (report, PreVerdict::Allow),
+            },
+            Some(2) => {
+                let reason = if stderr.is_empty() {
+                    "the hook exited with status 2 and gave no reason".to_string()
+                } else {
+                    stderr
+                };
+                report.status = HookStatus::Blocked;
+                report.message = Some(reason.clone());
+                (report, PreVerdict::Block(reason))
+            }
+            _ => {
+                report.status = HookStatus::Failed;
+                report.message = Some(failure_message(&out, stderr));
+                (report, PreVerdict::Allow)
+            }
+        }
+    }
+
+    async fn run_post(
+        &self,
+        hook: &CommandHook,
+        event: &'static str,
+        input: &[u8],
+    ) -> Option<HookReport> {
+        let name = if event == "post_tool" { "PostToolUse" } else { "PostTools" };
+        // No cancel: the call has finished, and its follow-up (a commit) should not be lost.
+        let out = self.run_hook(hook, name, input, None).await;
+        let mut report = HookReport::new(event, &hook.command, HookStatus::Ok);
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => return Some(report.status_msg(HookStatus::Failed, format!("could not start: {e}"))),
+        };
+        if out.timed_out {
+            return Some(report.status_msg(HookStatus::TimedOut, timed_out_message(hook.timeout)));
+        }
+        report.exit_code = out.status.and_then(|s| s.code());
+        let stderr = text(&out.stderr);
+        match report.exit_code {
+            Some(0) => match json_decision(&out.stdout) {
+                Some(Decision::Block(reason) | Decision::Feedback(reason)) => {
+                    Some(report.status_msg(HookStatus::Feedback, reason))
+                }
+                None => None,
+            },
+            Some(2) => {
+                let msg = if stderr.is_empty() {
+                    "(exit 2, no message)".to_string()
+                } else {
+                    stderr
+                };
+                Some(report.status_msg(HookStatus::Feedback, msg))
+            }
+            _ => {
+                let msg = failure_message(&out, stderr);
+                Some(report.status_msg(HookStatus::Failed, msg))
+            }
+        }
+    }
+
+    /// The dirty paths of the repository (inside the workspace) and their content now.
+    async fn snapshot(&self) -> Result<HashMap<Vec<u8>, Option<String>>, String> {
+        let _guard = self.git_lock.lock().await;
+        let repo = self.repo().await?;
+        let dirty = repo.status(&self.root).await?;
+        let top = repo.top.clone();
+        tokio::task::spawn_blocking(move || {
+            dirty
+                .into_iter()
+                .map(|p| {
+                    let h = content_hash(&top, &p);
+                    (p, h)
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| format!("hashing the changed files failed: {e}"))
+    }
+
+    async fn auto_commit(
+        &self,
+        call: &HookCall,
+        result: &mut ToolResult,
+        before: Option<Result<HashMap<Vec<u8>, Option<String>>, String>>,
+    ) -> HookReport {
+        let report = HookReport::new("post_tools", "auto_commit", HookStatus::Ok);
+        let _guard = self.git_lock.lock().await;
+        let repo = match self.repo().await {
+            Ok(r) => r,
+            Err(e) => return report.status_msg(HookStatus::Failed, e),
+        };
+        let dirty = match repo.status(&self.root).await {
+            Ok(d) => d,
+            Err(e) => return report.status_msg(HookStatus::Failed, e),
+        };
+        let paths: Vec<Vec<u8>> = match before {
+            None => {
+                let wanted: HashSet<Vec<u8>> = result
+                    .files_changed
+                    .iter()
+                    .map(|f| [repo.prefix.as_slice(), f.as_bytes()].concat())
+                    .collect();
+                dirty.into_iter().filter(|p| wanted.contains(p)).collect()
+            }
+            Some(Err(e)) => return report.status_msg(HookStatus::Failed, e),
+            Some(Ok(before)) => {
+                let top = repo.top.clone();
+                let changed = tokio::task::spawn_blocking(move || {
+                    dirty
+                        .into_iter()
+                        .filter(|p| match before.get(p) {
+                            None => true,
+                            Some(h) => content_hash(&top, p) != *h,
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .await;
+                match changed {
+                    Ok(c) => {
+                        if result.files_changed.is_empty() {
+                            result.files_changed = c.iter().map(|p| repo.workspace_relative(p)).collect();
+                        }
+                        c
+                    }
+                    Err(e) => {
+                        return report.status_msg(HookStatus::Failed, format!("hashing the changed files failed: {e}"));
+                    }
+                }
+            }
+        };
+        let files: Vec<String> = paths.iter().map(|p| repo.workspace_relative(p)).collect();
+        if paths.is_empty() {
+            return report.status_msg(HookStatus::Skipped, "no change to commit");
+        }
+        let message = self
+            .message
+            .replace("{tool}", &call.tool)
+            .replace("{call_id}", &call.call_id)
+            .replace("{session}", &call.session)
+            .replace("{files}", &files.join(", "));
+        let mut list = Vec::new();
+        for p in &paths {
+            list.extend_from_slice(p);
+            list.push(0);
+        }
+        let add = ["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"];
+        if let Err(e) = repo.git(&add, list.clone()).await {
+            return report.status_msg(HookStatus::Failed, e);
+        }
+        // `--only` (implied by the paths) leaves anything the user had staged out of the commit.
+        let commit = [
+            "commit",
+            "--quiet",
+            "--no-verify",
+            "-m",
+            message.as_str(),
+            "--pathspec-from-file=-",
+            "--pathspec-file-nul",
+        ];
+        if let Err(e) = repo.git(&commit, list).await {
+            return report.status_msg(HookStatus::Failed, e);
+        }
+        let head = repo
+            .git(&["rev-parse", "HEAD"], Vec::new())
+            .await
+            .map(|o| o.trim().to_string())
+            .ok();
+        tracing::info!(tool = %call.tool, call = %call.call_id, commit = ?head, files = files.len(), "auto-committed");
+        let mut report = report;
+        report.commit = head;
+        report.files = files;
+        report
+    }
+
+    /// The git repository holding the workspace, checked for configuration that would make
+    /// git run programs the model could have planted.
+    async fn repo(&self) -> Result<Repo, String> {
+        let mut repo = Repo {
+            top: self.root.clone(),
+            prefix: Vec::new(),
+            cwd: self.root.clone(),
+            timeout: self.git_timeout,
+        };
+        let out = repo
+            .git(&["rev-parse", "--show-toplevel", "--show-prefix"], Vec::new())
+            .await
+            .map_err(|e| {
+                format!(
+                    "the workspace {} is not in a git repository, so nothing was committed (run `git init` there, or turn auto_commit off): {e}",
+                    self.root.display()
+                )
+            })?;
+        let mut lines = out.lines();
+        let top = lines.next().unwrap_or_default();
+        repo.top = PathBuf::from(top);
+        repo.prefix = lines.next().unwrap_or_default().as_bytes().to_vec();
+        repo.cwd = repo.top.clone();
+        if !self.trust_repo_config {
+            let keys = repo
+                .git(&["config", "--local", "--includes", "--name-only", "--list"], Vec::new())
+                .await
+                .unwrap_or_default();
+            if let Some(key) = keys.lines().find(|k| runs_a_program(k)) {
+                return Err(format!(
+                    "the repository's own config sets `{key}`, which makes git run a program; auto_commit runs git outside the sandbox, so it refuses (remove the setting, or set trust_repo_config = true in [hooks.post_tools] if you wrote it)"
+                ));
+            }
+        }
+        Ok(repo)
+    }
+}
+
+impl HookReport {
+    fn status_msg(mut self, status: HookStatus, message: impl Into<String>) -> Self {
+        self.status = status;
+        self.message = Some(message.into());
+        self
+    }
+
+    /// Keep a pre-tool report in `data.hooks` only when it has something to say.
+    fn worth_keeping(self) -> Option<Self> {
+        (self.status != HookStatus::Ok).then_some(self)
+    }
+}
+
+/// Git configuration keys (lower case, as `git config --list` prints them) that make git
+/// status / add / commit run a program.
+fn runs_a_program(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    key.starts_with("filter.")
+        || key.starts_with("core.fsmonitor")
+        || key == "core.hookspath"
+        || key.starts_with("gpg.")
+        || key == "commit.gpgsign"
+        || key == "core.editor"
+        || key == "core.pager"
+}
+
+/// What a pre-tool hook decided.
+enum PreVerdict {
+    Allow,
+    Block(String),
+    Cancelled,
+}
+
+/// A JSON reply's decision.
+enum Decision {
+    Block(String),
+    Feedback(String),
+}
+
+/// Read a hook's stdout as a JSON reply, in either the plain (`decision`) or Claude Code's
+/// (`hookSpecificOutput`) form; `None` when it is not one or says allow.
+fn json_decision(stdout: &[u8]) -> Option<Decision> {
+    let v: Value = serde_json::from_slice(stdout.trim_ascii()).ok()?;
+    let reason = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+    if let Some(h) = v.get("hookSpecificOutput") {
+        match h.get("permissionDecision").and_then(Value::as_str) {
+            Some("deny") => {
+                return Some(Decision::Block(or_default(reason(h, "permissionDecisionReason"))));
+            }
+            // Nobody can be asked: an agent's tool server runs unattended.
+            Some("ask") => {
+                return Some(Decision::Block(format!(
+                    "{} (the hook asked for confirmation, which Toolyard cannot get)",
+                    or_default(reason(h, "permissionDecisionReason"))
+                )));
+            }
+            _ => {}
+        }
+        if let Some(ctx) = h.get("additionalContext").and_then(Value::as_str) {
+            return Some(Decision::Feedback(ctx.to_string()));
+        }
+    }
+    match v.get("decision").and_then(Value::as_str) {
+        Some("block") => Some(Decision::Block(or_default(reason(&v, "reason")))),
+        _ if v.get("continue") == Some(&Value::Bool(false)) => {
+            Some(Decision::Block(or_default(reason(&v, "stopReason"))))
+        }
+        _ => None,
+    }
+}
+
+fn or_default(reason: String) -> String {
+    if reason.trim().is_empty() {
+        "the hook gave no reason".into()
+    } else {
+        reason
+    }
+}
+
+/// Add the reports to `result`: a note per failure or feedback at the end of `output`, and
+/// every report under `data.hooks` (when `data` is an object or absent).
+fn attach(result: &mut ToolResult, reports: Vec<HookReport>) {
+    if reports.is_empty() {
+        return;
+    }
+    let notes: Vec<String> = reports.iter().filter_map(HookReport::note).collect();
+    if !notes.is_empty() {
+        if !result.output.is_empty() && !result.output.ends_with('\n') {
+            result.output.push('\n');
+        }
+        result.output.push_str("\n[hooks]\n");
+        for n in notes {
+            result.output.push_str(&n);
+            result.output.push('\n');
+        }
+    }
+    let list = serde_json::to_value(&reports).unwrap_or(Value::Null);
+    match &mut result.data {
+        Some(Value::Object(map)) => {
+            map.insert("hooks".into(), list);
+        }
+        None => result.data = Some(json!({ "hooks": list })),
+        // A dialect's own non-object shape stays as it is; the notes in `output` still say it.
+        Some(_) => {}
+    }
+}
+
+fn clip(s: &str) -> String {
+    let s = s.trim();
+    if s.chars().count() <= NOTE_LIMIT {
+        return s.to_string();
+    }
+    let head: String = s.chars().take(NOTE_LIMIT).collect();
+    format!("{head}... (cut)")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim().to_string()
+}
+
+fn timed_out_message(limit: Duration) -> String {
+    format!(
+        "timed out after {} ms; its process group was killed",
+        limit.as_millis()
+    )
+}
+
+fn failure_message(out: &ProcOutput, stderr: String) -> String {
+    if !stderr.is_empty() {
+        return stderr;
+    }
+    let stdout = text(&out.stdout);
+    if !stdout.is_empty() {
+        return stdout;
+    }
+    match out.status {
+        Some(s) if s.code().is_none() => format!("killed by a signal ({s})"),
+        _ => "no output".into(),
+    }
+}
+
+/// The content of `top/path` now, for comparing before and after a command: the bytes' hash
+/// for a file, the target for a symlink, `None` when it does not exist.
+fn content_hash(top: &Path, path: &[u8]) -> Option<String> {
+    let full = top.join(OsStr::from_bytes(path));
+    let meta = std::fs::symlink_metadata(&full).ok()?;
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(&full).ok()?;
+        return Some(format!("link:{}", target.display()));
+    }
+    if !meta.is_file() {
+        // A FIFO or device would block or be endless; its type and size are what can change.
+        return Some(format!("other:{:?}:{}", meta.file_type(), meta.len()));
+    }
+    let file = std::fs::File::open(&full).ok()?;
+    toolyard_workspace::hash_reader(file).ok()
+}
+
+/// A git repository, and how to run git in it.
+struct Repo {
+    top: PathBuf,
+    /// The workspace root's path inside the repository, `/`-terminated (empty at the top).
+    prefix: Vec<u8>,
+    cwd: PathBuf,
+    timeout: Duration,
+}
+
+impl Repo {
+    /// Run `git args` with `stdin`; its stdout, or an error naming the step.
+    async fn git(&self, args: &[&str], stdin: Vec<u8>) -> Result<String, String> {
+        let mut cmd = Command::new("git");
+        // Neither a hook nor an fsmonitor the repository names may run outside the sandbox;
+        // nothing may prompt; pathspecs are paths, not patterns.
+        cmd.args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "commit.gpgSign=false",
+            "--no-optional-locks",
+            "--literal-pathspecs",
+        ])
+        .args(args)
+        .current_dir(&self.cwd)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_INDEX_FILE");
+        let step = args.first().copied().unwrap_or("git");
+        let out = run_process(cmd, stdin, self.timeout, None)
+            .await
+            .map_err(|e| format!("cannot run git: {e}"))?;
+        if out.timed_out {
+            return Err(format!("git {step} {}", timed_out_message(self.timeout)));
+        }
+        if out.status.is_some_and(|s| s.success()) {
+            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        let why = text(&out.stderr);
+        let why = if why.is_empty() { text(&out.stdout) } else { why };
+        Err(format!("git {step} failed: {why}"))
+    }
+
+    /// Repository-relative paths under `dir` that differ from HEAD or are untracked (not
+    /// ignored), one per file.
+    async fn status(&self, dir: &Path) -> Result<Vec<Vec<u8>>, String> {
+        let mut scoped = Repo {
+            top: self.top.clone(),
+            prefix: self.prefix.clone(),
+            cwd: dir.to_path_buf(),
+            timeout: self.timeout,
+        };
+        let out = {
+            let args = ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "."];
+            let r = scoped.git_bytes(&args).await;
+            scoped.cwd = self.cwd.clone();
+            r?
+        };
+        let mut paths = Vec::new();
+        let mut entries = out.split(|b| *b == 0).filter(|e| !e.is_empty());
+        while let Some(e) = entries.next() {
+            if e.len() < 4 {
+                continue;
+            }
+            paths.push(e[3..].to_vec());
+            // A rename or copy: the next entry is its source, which changed too.
+            if matches!(e[0], b'R' | b'C') {
+                if let Some(src) = entries.next() {
+                    paths.push(src.to_vec());
+                }
+            }
+        }
+        Ok(paths)
+    }
+
+    async fn git_bytes(&self, args: &[&str]) -> Result<Vec<u8>, String> {
+        // Paths may not be UTF-8: status output is kept as bytes.
+        let mut cmd = Command::new("git");
+        cmd.args(["-c", "core.fsmonitor=false", "--no-optional-locks"])
+            .args(args)
+            .current_dir(&self.cwd)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_INDEX_FILE");
+        let out = run_process(cmd, Vec::new(), self.timeout, None)
+            .await
+            .map_err(|e| format!("cannot run git: {e}"))?;
+        if out.timed_out {
+            return Err(format!("git status {}", timed_out_message(self.timeout)));
+        }
+        if out.status.is_some_and(|s| s.success()) {
+            Ok(out.stdout)
+        } else {
+            Err(format!("git status failed: {}", text(&out.stderr)))
+        }
+    }
+
+    /// A repository-relative path as the workspace names it.
+    fn workspace_relative(&self, path: &[u8]) -> String {
+        let rel = path.strip_prefix(self.prefix.as_slice()).unwrap_or(path);
+        String::from_utf8_lossy(rel).into_owned()
+    }
+}
+
+/// How a process ended.
+struct ProcOutput {
+    status: Option<ExitStatus>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    timed_out: bool,
+    cancelled: bool,
+}
+
+/// Run `cmd` in its own process group with `input` on stdin and bounded capture; past
+/// `timeout` (or on `cancel`) the whole group is killed.
+async fn run_process(
+    mut cmd: Command,
+    input: Vec<u8>,
+    timeout: Duration,
+    cancel: Option<&CancellationToken>,
+) -> io::Result<ProcOutput> {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn()?;
+    let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    enum End {
+        Done(Vec<u8>, Vec<u8>, io::Result<ExitStatus>),
+        TimedOut,
+        Cancelled,
+    }
+    let end = {
+        let write = async move {
+            if let Some(mut s) = stdin {
+                // A hook need not read its input: a closed pipe is not an error.
+                let _ = s.write_all(&input).await;
+                let _ = s.shutdown().await;
+            }
+        };
+        // Wait for the pipes to close as well as for the exit: output a background child
+        // still writes belongs to the hook, and a hook that leaves one running is timed out.
+        let work = async {
+            let ((), o, e, st) =
+                tokio::join!(write, read_capped(stdout), read_capped(stderr), child.wait());
+            End::Done(o, e, st)
+        };
+        let cancelled = async {
+            match cancel {
+                Some(c) => c.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            end = work => end,
+            _ = tokio::time::sleep(timeout) => End::TimedOut,
+            _ = cancelled => End::Cancelled,
+        }
+    };
+    match end {
+        End::Done(stdout, stderr, status) => Ok(ProcOutput {
+            status: Some(status?),
+            stdout,
+            stderr,
+            timed_out: false,
+            cancelled: false,
+        }),
+        End::TimedOut | End::Cancelled => {
+            if let Some(pgid) = pgid {
+                kill_group(pgid);
+            }
+            let status = child.wait().await.ok();
+            Ok(ProcOutput {
+                status,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+                timed_out: matches!(end, End::TimedOut),
+                cancelled: matches!(end, End::Cancelled),
+            })
+        }
+    }
+}
+
+fn kill_group(pgid: i32) {
+    if pgid <= 0 {
+        return;
+    }
+    // SAFETY: killpg only sends a signal; `pgid` is the group our own child leads
+    // (process_group(0)), which exists until its last member is reaped.
+    let rc = unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    if rc != 0 {
+        tracing::debug!(pgid, error = %io::Error::last_os_error(), "killpg of a hook's group failed");
+    }
+}
+
+/// Read `r` to its end, keeping the first [`CAPTURE_LIMIT`] bytes.
+async fn read_capped(r: Option<impl AsyncRead + Unpin>) -> Vec<u8> {
+    let Some(mut r) = r else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = CAPTURE_LIMIT.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(tool: &str, engine: &str) -> HookCall {
+        HookCall {
+            session: "s1".into(),
+            tool: tool.into(),
+            engine: engine.into(),
+            call_id: "c1".into(),
+            args: json!({"path": "a.txt"}),
+            annotations: Annotations::MUTATING,
+        }
+    }
+
+    fn hooks(toml_text: &str, root: &Path) -> Hooks {
+        let catalog = Catalog::parse_over_builtin(toml_text, "test").unwrap();
+        Hooks::from_catalog(&catalog, root).unwrap()
+    }
+
+    #[test]
+    fn no_hooks_section_means_no_hooks() {
+        let t = tempfile::tempdir().unwrap();
+        assert!(hooks("", t.path()).is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_matchers_are_config_errors() {
+        let t = tempfile::tempdir().unwrap();
+        let bad = Catalog::parse_over_builtin("[hooks]\npre_tools = []\n", "c.toml").unwrap();
+        let e = Hooks::from_catalog(&bad, t.path()).unwrap_err().to_string();
+        assert!(e.contains("pre_tools"), "{e}");
+        let bad = Catalog::parse_over_builtin(
+            "[[hooks.pre_tool]]\nmatcher = \"(\"\ncommand = \"true\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        let e = Hooks::from_catalog(&bad, t.path()).unwrap_err().to_string();
+        assert!(e.contains("matcher"), "{e}");
+        let bad = Catalog::parse_over_builtin(
+            "[[hooks.post_tool]]\ncommand = \"true\"\ntimeout_ms = 0\n",
+            "c.toml",
+        )
+        .unwrap();
+        assert!(Hooks::from_catalog(&bad, t.path()).is_err());
+    }
+
+    #[test]
+    fn matchers_match_the_whole_tool_name() {
+        let t = tempfile::tempdir().unwrap();
+        let h = hooks(
+            "[[hooks.pre_tool]]\nmatcher = \"edit_file|write_file\"\ncommand = \"true\"\n\
+             [[hooks.pre_tool]]\nmatcher = \"*\"\ncommand = \"true\"\n",
+            t.path(),
+        );
+        assert!(h.pre[0].matches("edit_file"));
+        assert!(h.pre[0].matches("write_file"));
+        assert!(!h.pre[0].matches("write_file_2"));
+        assert!(!h.pre[0].matches("read_file"));
+        assert!(h.pre[1].matches("anything"));
+    }
+
+    #[test]
+    fn mutating_is_decided_by_engine_and_annotations() {
+        assert!(is_mutating("run_command", Annotations::COMMAND));
+        assert!(is_mutating("edit_file", Annotations::MUTATING));
+        assert!(!is_mutating("read_file", Annotations::READ_ONLY));
+        assert!(!is_mutating("web_fetch", Annotations::WEB));
+        let task = Annotations {
+            read_only: false,
+            destructive: false,
+            idempotent: true,
+            open_world: false,
+        };
+        assert!(!is_mutating("complete_task", task));
+        // A dialect tool with an unknown engine still counts by its annotations.
+        assert!(is_mutating("shell_execute", Annotations::COMMAND));
+    }
+
+    #[test]
+    fn json_replies_in_both_forms_are_understood() {
+        let block = |s: &str| matches!(json_decision(s.as_bytes()), Some(Decision::Block(_)));
+        assert!(block(r#"{"decision":"block","reason":"no"}"#));
+        assert!(block(
+            r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"x"}}"#
+        ));
+        assert!(block(r#"{"hookSpecificOutput":{"permissionDecision":"ask"}}"#));
+        assert!(block(r#"{"continue":false,"stopReason":"stop"}"#));
+        assert!(json_decision(br#"{"decision":"approve","reason":"fine"}"#).is_none());
+        assert!(json_decision(br#"{"hookSpecificOutput":{"permissionDecision":"allow"}}"#).is_none());
+        assert!(json_decision(b"plain text").is_none());
+        match json_decision(br#"{"decision":"block","reason":"use tabs"}"#) {
+            Some(Decision::Block(r)) => assert_eq!(r, "use tabs"),
+            _ => panic!("expected a block"),
+        }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_pre_hook_exiting_2_blocks_and_the_call_never_runs() {
+        let t = tempfile::tempdir().unwrap();
+        let h = hooks(
+            "[[hooks.pre_tool]]\nmatcher = \"write_file\"\ncommand = \"cat > input.json; echo 'not here' >&2; exit 2\"\n",
+            t.path(),
+        );
+        let ran = std::sync::atomic::AtomicBool::new(false);
+        let r = rt().block_on(h.around(&call("write_file", "write_file"), &CancellationToken::new(), async {
+            ran.store(true, std::sync::atomic::Ordering::SeqCst);
+            ToolResult::ok("done")
+        }));
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(!r.success);
+        assert_eq!(r.error_kind.as_deref(), Some("blocked"));
+        assert!(r.output.contains("not here"), "{}", r.output);
+        let input: Value =
+            serde_json::from_slice(&std::fs::read(t.path().join("input.json")).unwrap()).unwrap();
+        assert_eq!(input["hook_event_name"], "PreToolUse");
+        assert_eq!(input["tool_name"], "write_file");
+        assert_eq!(input["tool_input"]["path"], "a.txt");
+        assert_eq!(input["session_id"], "s1");
+        assert_eq!(input["call_id"], "c1");
+    }
+
+    #[test]
+    fn a_failing_or_slow_hook_is_reported_and_does_not_block() {
+        let t = tempfile::tempdir().unwrap();
+        let h = hooks(
+            "[[hooks.pre_tool]]\ncommand = \"echo oops >&2; exit 1\"\n\
+             [[hooks.post_tool]]\ncommand = \"sleep 30\"\ntimeout_ms = 200\n",
+            t.path(),
+        );
+        let r = rt().block_on(h.around(&call("read_file", "read_file"), &CancellationToken::new(), async {
+            ToolResult::ok("content")
+        }));
+        assert!(r.success);
+        assert!(r.output.starts_with("content"), "{}", r.output);
+        assert!(r.output.contains("failed (exit 1): oops"), "{}", r.output);
+        assert!(r.output.contains("timed out"), "{}", r.output);
+        let reports = &r.data.as_ref().unwrap()["hooks"];
+        assert_eq!(reports[0]["status"], "failed");
+        assert_eq!(reports[1]["status"], "timed_out");
+    }
+
+    #[test]
+    fn auto_commit_outside_a_git_repository_says_so() {
+        let t = tempfile::tempdir().unwrap();
+        let h = hooks("[hooks.post_tools]\nauto_commit = true\n", t.path());
+        let r = rt().block_on(h.around(&call("write_file", "write_file"), &CancellationToken::new(), async {
+            ToolResult::ok("wrote").with_files_changed(vec!["a.txt".into()])
+        }));
+        assert!(r.success);
+        assert!(r.output.contains("not in a git repository"), "{}", r.output);
+    }
+}
