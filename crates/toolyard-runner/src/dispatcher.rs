@@ -13,6 +13,7 @@ use toolyard_core::{
 };
 use toolyard_tools::{Dialect, DialectTool, ToolEnv};
 
+use crate::hooks::{HookCall, Hooks};
 use crate::protocol::Job;
 use crate::router::{Router, RunnerSpawn};
 
@@ -93,6 +94,7 @@ pub struct Dispatcher {
     tools: BTreeMap<String, DialectTool>,
     config: DispatcherConfig,
     router: Option<Router>,
+    hooks: Hooks,
     calls: AtomicU64,
 }
 
@@ -109,6 +111,7 @@ impl Dispatcher {
             .filter(|t| allowed.iter().any(|a| a == t.engine))
             .map(|t| (t.tool.name().to_string(), t))
             .collect();
+        let hooks = Hooks::from_catalog(&config.catalog, env.workspace.root())?;
         let router = match &config.mode {
             Mode::Inline => None,
             Mode::Lanes { exe } => Some(Router::new(
@@ -125,6 +128,7 @@ impl Dispatcher {
             tools,
             config,
             router,
+            hooks,
             calls: AtomicU64::new(0),
         })
     }
@@ -193,14 +197,35 @@ impl Dispatcher {
             ))
             .into();
         };
-        let spec = self.spec(entry.engine);
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        let call_id = format!("{}-{n}", std::process::id());
+        if self.hooks.is_empty() {
+            return self.execute(entry, req, call_id).await;
+        }
+        // The hooks are a layer around the call, for the inline and the router path alike.
+        let call = HookCall {
+            session: req.session.clone(),
+            tool: req.tool.clone(),
+            engine: entry.engine.to_string(),
+            call_id: call_id.clone(),
+            args: req.args.clone(),
+            annotations: entry.tool.annotations(),
+        };
+        let cancel = req.cancel.clone();
+        self.hooks
+            .around(&call, &cancel, self.execute(entry, req, call_id))
+            .await
+    }
+
+    /// Run one call in its lane's runner, or inline.
+    async fn execute(&self, entry: &DialectTool, req: CallRequest, call_id: String) -> ToolResult {
+        let spec = self.spec(entry.engine);
         let in_server = toolyard_tools::dialect::SERVER_SIDE.contains(&entry.engine);
         if let (Some(router), false) = (&self.router, in_server) {
             let job = Job {
                 id: String::new(),
                 session: req.session,
-                call_id: format!("{}-{n}", std::process::id()),
+                call_id,
                 dialect: self.config.dialect.to_string(),
                 tool: req.tool,
                 args: req.args,
@@ -215,7 +240,7 @@ impl Dispatcher {
             workspace_root: self.env.workspace.root().to_path_buf(),
             cwd: self.env.workspace.root().to_path_buf(),
             session_id: req.session,
-            call_id: format!("{}-{n}", std::process::id()),
+            call_id,
             cancel: req.cancel.clone(),
             progress: req.progress.unwrap_or_else(|| Arc::new(|_| {})),
             timeout: spec.timeout(),

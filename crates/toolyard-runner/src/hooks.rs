@@ -141,7 +141,9 @@ pub enum HookConfigError {
     #[error(transparent)]
     Catalog(#[from] toolyard_core::CatalogError),
     /// A matcher is not a valid regular expression.
-    #[error("[[hooks.{event}]] entry {index}: matcher {matcher:?} is not a valid regular expression: {source}")]
+    #[error(
+        "[[hooks.{event}]] entry {index}: matcher {matcher:?} is not a valid regular expression: {source}"
+    )]
     Matcher {
         /// `pre_tool` or `post_tool`.
         event: &'static str,
@@ -254,11 +256,6 @@ impl HookReport {
         }
     }
 
-    fn message(mut self, m: impl Into<String>) -> Self {
-        self.message = Some(m.into());
-        self
-    }
-
     /// The line for the model, if this report is worth one (failures and feedback).
     fn note(&self) -> Option<String> {
         let who = if self.hook == "auto_commit" {
@@ -319,7 +316,11 @@ impl CommandHook {
     }
 }
 
-fn timeout_of(event: &'static str, index: usize, ms: Option<u64>) -> Result<Duration, HookConfigError> {
+fn timeout_of(
+    event: &'static str,
+    index: usize,
+    ms: Option<u64>,
+) -> Result<Duration, HookConfigError> {
     match ms {
         Some(0) => Err(HookConfigError::ZeroTimeout { event, index }),
         Some(ms) => Ok(Duration::from_millis(ms)),
@@ -561,13 +562,19 @@ impl Hooks {
         event: &'static str,
         input: &[u8],
     ) -> Option<HookReport> {
-        let name = if event == "post_tool" { "PostToolUse" } else { "PostTools" };
+        let name = if event == "post_tool" {
+            "PostToolUse"
+        } else {
+            "PostTools"
+        };
         // No cancel: the call has finished, and its follow-up (a commit) should not be lost.
         let out = self.run_hook(hook, name, input, None).await;
         let mut report = HookReport::new(event, &hook.command, HookStatus::Ok);
         let out = match out {
             Ok(o) => o,
-            Err(e) => return Some(report.status_msg(HookStatus::Failed, format!("could not start: {e}"))),
+            Err(e) => {
+                return Some(report.status_msg(HookStatus::Failed, format!("could not start: {e}")));
+            }
         };
         if out.timed_out {
             return Some(report.status_msg(HookStatus::TimedOut, timed_out_message(hook.timeout)));
@@ -656,12 +663,16 @@ impl Hooks {
                 match changed {
                     Ok(c) => {
                         if result.files_changed.is_empty() {
-                            result.files_changed = c.iter().map(|p| repo.workspace_relative(p)).collect();
+                            result.files_changed =
+                                c.iter().map(|p| repo.workspace_relative(p)).collect();
                         }
                         c
                     }
                     Err(e) => {
-                        return report.status_msg(HookStatus::Failed, format!("hashing the changed files failed: {e}"));
+                        return report.status_msg(
+                            HookStatus::Failed,
+                            format!("hashing the changed files failed: {e}"),
+                        );
                     }
                 }
             }
@@ -689,7 +700,6 @@ impl Hooks {
         let commit = [
             "commit",
             "--quiet",
-            "--no-verify",
             "-m",
             message.as_str(),
             "--pathspec-from-file=-",
@@ -713,13 +723,12 @@ impl Hooks {
     /// The git repository holding the workspace, checked for configuration that would make
     /// git run programs the model could have planted.
     async fn repo(&self) -> Result<Repo, String> {
-        let mut repo = Repo {
+        let probe = Repo {
             top: self.root.clone(),
             prefix: Vec::new(),
-            cwd: self.root.clone(),
             timeout: self.git_timeout,
         };
-        let out = repo
+        let out = probe
             .git(&["rev-parse", "--show-toplevel", "--show-prefix"], Vec::new())
             .await
             .map_err(|e| {
@@ -729,13 +738,17 @@ impl Hooks {
                 )
             })?;
         let mut lines = out.lines();
-        let top = lines.next().unwrap_or_default();
-        repo.top = PathBuf::from(top);
-        repo.prefix = lines.next().unwrap_or_default().as_bytes().to_vec();
-        repo.cwd = repo.top.clone();
+        let repo = Repo {
+            top: PathBuf::from(lines.next().unwrap_or_default()),
+            prefix: lines.next().unwrap_or_default().as_bytes().to_vec(),
+            timeout: self.git_timeout,
+        };
         if !self.trust_repo_config {
             let keys = repo
-                .git(&["config", "--local", "--includes", "--name-only", "--list"], Vec::new())
+                .git(
+                    &["config", "--local", "--includes", "--name-only", "--list"],
+                    Vec::new(),
+                )
                 .await
                 .unwrap_or_default();
             if let Some(key) = keys.lines().find(|k| runs_a_program(k)) {
@@ -764,14 +777,9 @@ impl HookReport {
 /// Git configuration keys (lower case, as `git config --list` prints them) that make git
 /// status / add / commit run a program.
 fn runs_a_program(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    key.starts_with("filter.")
-        || key.starts_with("core.fsmonitor")
-        || key == "core.hookspath"
-        || key.starts_with("gpg.")
-        || key == "commit.gpgsign"
-        || key == "core.editor"
-        || key == "core.pager"
+    // Hooks, fsmonitor and signing are switched off on the command line (`Repo::run`); a
+    // filter driver (run by status and add on every file its attributes name) cannot be.
+    key.to_ascii_lowercase().starts_with("filter.")
 }
 
 /// What a pre-tool hook decided.
@@ -791,11 +799,15 @@ enum Decision {
 /// (`hookSpecificOutput`) form; `None` when it is not one or says allow.
 fn json_decision(stdout: &[u8]) -> Option<Decision> {
     let v: Value = serde_json::from_slice(stdout.trim_ascii()).ok()?;
-    let reason = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+    let reason =
+        |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
     if let Some(h) = v.get("hookSpecificOutput") {
         match h.get("permissionDecision").and_then(Value::as_str) {
             Some("deny") => {
-                return Some(Decision::Block(or_default(reason(h, "permissionDecisionReason"))));
+                return Some(Decision::Block(or_default(reason(
+                    h,
+                    "permissionDecisionReason",
+                ))));
             }
             // Nobody can be asked: an agent's tool server runs unattended.
             Some("ask") => {
@@ -911,13 +923,13 @@ struct Repo {
     top: PathBuf,
     /// The workspace root's path inside the repository, `/`-terminated (empty at the top).
     prefix: Vec<u8>,
-    cwd: PathBuf,
     timeout: Duration,
 }
 
 impl Repo {
-    /// Run `git args` with `stdin`; its stdout, or an error naming the step.
-    async fn git(&self, args: &[&str], stdin: Vec<u8>) -> Result<String, String> {
+    /// Run `git args` in `cwd` with `stdin`; its stdout (bytes: paths may not be UTF-8), or an
+    /// error naming the step.
+    async fn run(&self, cwd: &Path, args: &[&str], stdin: Vec<u8>) -> Result<Vec<u8>, String> {
         let mut cmd = Command::new("git");
         // Neither a hook nor an fsmonitor the repository names may run outside the sandbox;
         // nothing may prompt; pathspecs are paths, not patterns.
@@ -932,7 +944,7 @@ impl Repo {
             "--literal-pathspecs",
         ])
         .args(args)
-        .current_dir(&self.cwd)
+        .current_dir(cwd)
         .env("GIT_TERMINAL_PROMPT", "0")
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
@@ -945,28 +957,35 @@ impl Repo {
             return Err(format!("git {step} {}", timed_out_message(self.timeout)));
         }
         if out.status.is_some_and(|s| s.success()) {
-            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+            return Ok(out.stdout);
         }
         let why = text(&out.stderr);
-        let why = if why.is_empty() { text(&out.stdout) } else { why };
+        let why = if why.is_empty() {
+            text(&out.stdout)
+        } else {
+            why
+        };
         Err(format!("git {step} failed: {why}"))
+    }
+
+    /// Run `git args` at the top of the repository; its stdout as text.
+    async fn git(&self, args: &[&str], stdin: Vec<u8>) -> Result<String, String> {
+        let out = self.run(&self.top, args, stdin).await?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
     }
 
     /// Repository-relative paths under `dir` that differ from HEAD or are untracked (not
     /// ignored), one per file.
     async fn status(&self, dir: &Path) -> Result<Vec<Vec<u8>>, String> {
-        let mut scoped = Repo {
-            top: self.top.clone(),
-            prefix: self.prefix.clone(),
-            cwd: dir.to_path_buf(),
-            timeout: self.timeout,
-        };
-        let out = {
-            let args = ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "."];
-            let r = scoped.git_bytes(&args).await;
-            scoped.cwd = self.cwd.clone();
-            r?
-        };
+        let args = [
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--",
+            ".",
+        ];
+        let out = self.run(dir, &args, Vec::new()).await?;
         let mut paths = Vec::new();
         let mut entries = out.split(|b| *b == 0).filter(|e| !e.is_empty());
         while let Some(e) = entries.next() {
@@ -982,29 +1001,6 @@ impl Repo {
             }
         }
         Ok(paths)
-    }
-
-    async fn git_bytes(&self, args: &[&str]) -> Result<Vec<u8>, String> {
-        // Paths may not be UTF-8: status output is kept as bytes.
-        let mut cmd = Command::new("git");
-        cmd.args(["-c", "core.fsmonitor=false", "--no-optional-locks"])
-            .args(args)
-            .current_dir(&self.cwd)
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .env_remove("GIT_INDEX_FILE");
-        let out = run_process(cmd, Vec::new(), self.timeout, None)
-            .await
-            .map_err(|e| format!("cannot run git: {e}"))?;
-        if out.timed_out {
-            return Err(format!("git status {}", timed_out_message(self.timeout)));
-        }
-        if out.status.is_some_and(|s| s.success()) {
-            Ok(out.stdout)
-        } else {
-            Err(format!("git status failed: {}", text(&out.stderr)))
-        }
     }
 
     /// A repository-relative path as the workspace names it.
@@ -1057,8 +1053,12 @@ async fn run_process(
         // Wait for the pipes to close as well as for the exit: output a background child
         // still writes belongs to the hook, and a hook that leaves one running is timed out.
         let work = async {
-            let ((), o, e, st) =
-                tokio::join!(write, read_capped(stdout), read_capped(stderr), child.wait());
+            let ((), o, e, st) = tokio::join!(
+                write,
+                read_capped(stdout),
+                read_capped(stderr),
+                child.wait()
+            );
             End::Done(o, e, st)
         };
         let cancelled = async {
@@ -1214,10 +1214,14 @@ mod tests {
         assert!(block(
             r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"x"}}"#
         ));
-        assert!(block(r#"{"hookSpecificOutput":{"permissionDecision":"ask"}}"#));
+        assert!(block(
+            r#"{"hookSpecificOutput":{"permissionDecision":"ask"}}"#
+        ));
         assert!(block(r#"{"continue":false,"stopReason":"stop"}"#));
         assert!(json_decision(br#"{"decision":"approve","reason":"fine"}"#).is_none());
-        assert!(json_decision(br#"{"hookSpecificOutput":{"permissionDecision":"allow"}}"#).is_none());
+        assert!(
+            json_decision(br#"{"hookSpecificOutput":{"permissionDecision":"allow"}}"#).is_none()
+        );
         assert!(json_decision(b"plain text").is_none());
         match json_decision(br#"{"decision":"block","reason":"use tabs"}"#) {
             Some(Decision::Block(r)) => assert_eq!(r, "use tabs"),
@@ -1240,10 +1244,14 @@ mod tests {
             t.path(),
         );
         let ran = std::sync::atomic::AtomicBool::new(false);
-        let r = rt().block_on(h.around(&call("write_file", "write_file"), &CancellationToken::new(), async {
-            ran.store(true, std::sync::atomic::Ordering::SeqCst);
-            ToolResult::ok("done")
-        }));
+        let r = rt().block_on(h.around(
+            &call("write_file", "write_file"),
+            &CancellationToken::new(),
+            async {
+                ran.store(true, std::sync::atomic::Ordering::SeqCst);
+                ToolResult::ok("done")
+            },
+        ));
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
         assert!(!r.success);
         assert_eq!(r.error_kind.as_deref(), Some("blocked"));
@@ -1265,9 +1273,11 @@ mod tests {
              [[hooks.post_tool]]\ncommand = \"sleep 30\"\ntimeout_ms = 200\n",
             t.path(),
         );
-        let r = rt().block_on(h.around(&call("read_file", "read_file"), &CancellationToken::new(), async {
-            ToolResult::ok("content")
-        }));
+        let r = rt().block_on(h.around(
+            &call("read_file", "read_file"),
+            &CancellationToken::new(),
+            async { ToolResult::ok("content") },
+        ));
         assert!(r.success);
         assert!(r.output.starts_with("content"), "{}", r.output);
         assert!(r.output.contains("failed (exit 1): oops"), "{}", r.output);
@@ -1281,9 +1291,11 @@ mod tests {
     fn auto_commit_outside_a_git_repository_says_so() {
         let t = tempfile::tempdir().unwrap();
         let h = hooks("[hooks.post_tools]\nauto_commit = true\n", t.path());
-        let r = rt().block_on(h.around(&call("write_file", "write_file"), &CancellationToken::new(), async {
-            ToolResult::ok("wrote").with_files_changed(vec!["a.txt".into()])
-        }));
+        let r = rt().block_on(h.around(
+            &call("write_file", "write_file"),
+            &CancellationToken::new(),
+            async { ToolResult::ok("wrote").with_files_changed(vec!["a.txt".into()]) },
+        ));
         assert!(r.success);
         assert!(r.output.contains("not in a git repository"), "{}", r.output);
     }

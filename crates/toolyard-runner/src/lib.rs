@@ -5,10 +5,12 @@
 //! sends the call to the runner of its catalog lane, or runs it in process (`inline`).
 
 mod dispatcher;
+pub mod hooks;
 pub mod process;
 pub mod protocol;
 pub mod router;
 
 pub use dispatcher::{CallRequest, Dispatcher, DispatcherConfig, Mode};
+pub use hooks::{HookCall, Hooks, HooksConfig};
 pub use process::{RunnerArgs, runner_main};
 pub use router::{Router, RunnerSpawn};

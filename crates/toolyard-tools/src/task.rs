@@ -79,12 +79,12 @@ fn file_stem(session: &str) -> String {
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
         .take(40)
         .collect();
-    let digest = blake3_like(session.as_bytes());
+    let digest = fnv1a(session.as_bytes());
     format!("{prefix}-{digest:016x}")
 }
 
 /// FNV-1a 64: enough to keep unusual session ids apart (not a security boundary).
-fn blake3_like(bytes: &[u8]) -> u64 {
+fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
     for b in bytes {
         h ^= u64::from(*b);

@@ -28,7 +28,7 @@ mod search;
 use std::sync::Arc;
 
 use serde::Deserialize;
-use toolyard_core::{Tool, ToolError, Typed};
+use toolyard_core::{Catalog, Tool, ToolError, Typed};
 
 use crate::ToolEnv;
 
@@ -114,9 +114,9 @@ pub struct ProviderConfig {
 }
 
 impl WebConfig {
-    /// The `[web]` section of `env`'s catalog.
-    pub fn from_env(env: &ToolEnv) -> Result<Self, ToolError> {
-        env.catalog
+    /// The `[web]` section of `catalog`.
+    pub fn from_catalog(catalog: &Catalog) -> Result<Self, ToolError> {
+        catalog
             .section::<WebConfig>("web")
             .map_err(|e| ToolError::InvalidArguments(e.to_string()))
     }
@@ -124,7 +124,7 @@ impl WebConfig {
 
 /// web_fetch and web_search configured from `env`'s catalog and the process environment.
 pub fn tools(env: Arc<ToolEnv>) -> Vec<Arc<dyn Tool>> {
-    let config = WebConfig::from_env(&env);
+    let config = WebConfig::from_catalog(&env.catalog);
     tools_with(config, process_env())
 }
 
