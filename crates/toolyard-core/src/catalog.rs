@@ -290,14 +290,15 @@ impl Catalog {
             // A profile may name a tool that the file disabled: drop it quietly from the built-in
             // ones, but a user-written profile naming an unknown tool is an error.
             let user_written = line_of(text, &format!("profiles.{name}")).is_some();
-            if user_written {
-                if let Some(bad) = list.iter().find(|t| !tools.contains_key(*t)) {
-                    return Err(invalid(format!(
-                        "{}profile `{name}` names `{bad}`, which the catalog does not have; known tools: {}",
-                        line_prefix(text, &format!("profiles.{name}")),
-                        tools.keys().cloned().collect::<Vec<_>>().join(", ")
-                    )));
-                }
+            if let Some(bad) = list
+                .iter()
+                .find(|t| user_written && !tools.contains_key(*t))
+            {
+                return Err(invalid(format!(
+                    "{}profile `{name}` names `{bad}`, which the catalog does not have; known tools: {}",
+                    line_prefix(text, &format!("profiles.{name}")),
+                    tools.keys().cloned().collect::<Vec<_>>().join(", ")
+                )));
             }
             list.retain(|t| tools.contains_key(t));
         }

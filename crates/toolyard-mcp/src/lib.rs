@@ -306,7 +306,7 @@ impl ServerHandler for ToolyardServer {
             .with_instructions(format!(
                 "Toolyard: confined, sandboxed coding tools for the workspace {} (dialect {}, profile {}). \
                  Read a file before you edit or overwrite it.",
-                self.shared.dispatcher.config().workspace.display(),
+                self.shared.dispatcher.env().workspace.root().display(),
                 self.shared.dispatcher.config().dialect,
                 self.shared.dispatcher.config().profile,
             ))
@@ -453,10 +453,16 @@ impl ServerHandler for ToolyardServer {
 pub async fn serve_stdio(dispatcher: Arc<Dispatcher>) -> Result<(), ServeError> {
     let server = ToolyardServer::new(dispatcher);
     tracing::info!(session = %server.session(), "serving MCP over stdio");
-    let running = server
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| ServeError::Init(e.to_string()))?;
+    let running = match server.serve(rmcp::transport::stdio()).await {
+        Ok(r) => r,
+        // A client that connects and leaves before its first request (a health probe, an
+        // editor that changed its mind) is a normal end, not a failure.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(why)) => {
+            tracing::debug!(%why, "client closed the connection before its first request");
+            return Ok(());
+        }
+        Err(e) => return Err(ServeError::Init(e.to_string())),
+    };
     running
         .waiting()
         .await

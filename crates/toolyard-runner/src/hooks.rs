@@ -195,11 +195,12 @@ pub struct HookCall {
     pub annotations: Annotations,
 }
 
-/// Whether a call may change the workspace: its engine is one of [`MUTATING_ENGINES`], or it
-/// says it is neither read-only nor harmless (`!read_only && destructive`; `complete_task`, which
-/// only writes Toolyard's own state, is not).
+/// Whether a call may change the workspace: the tool is not read-only, and its engine is one of
+/// [`MUTATING_ENGINES`] or it says it is destructive (`complete_task`, which only writes
+/// Toolyard's own state, is neither). A read-only tool is trusted: dialects map unknown names
+/// to the `run_command` engine, and a read-only one must not trigger a commit.
 pub fn is_mutating(engine: &str, annotations: Annotations) -> bool {
-    MUTATING_ENGINES.contains(&engine) || (!annotations.read_only && annotations.destructive)
+    !annotations.read_only && (MUTATING_ENGINES.contains(&engine) || annotations.destructive)
 }
 
 /// How one hook went, as reported in `data.hooks`.
@@ -573,7 +574,9 @@ impl Hooks {
         let out = match out {
             Ok(o) => o,
             Err(e) => {
-                return Some(report.status_msg(HookStatus::Failed, format!("could not start: {e}")));
+                return Some(
+                    report.status_msg(HookStatus::Failed, format!("could not start: {e}")),
+                );
             }
         };
         if out.timed_out {
@@ -604,7 +607,7 @@ impl Hooks {
     }
 
     /// The dirty paths of the repository (inside the workspace) and their content now.
-    async fn snapshot(&self) -> Result<HashMap<Vec<u8>, Option<String>>, String> {
+    async fn snapshot(&self) -> Result<Snapshot, String> {
         let _guard = self.git_lock.lock().await;
         let repo = self.repo().await?;
         let dirty = repo.status(&self.root).await?;
@@ -626,7 +629,7 @@ impl Hooks {
         &self,
         call: &HookCall,
         result: &mut ToolResult,
-        before: Option<Result<HashMap<Vec<u8>, Option<String>>, String>>,
+        before: Option<Result<Snapshot, String>>,
     ) -> HookReport {
         let report = HookReport::new("post_tools", "auto_commit", HookStatus::Ok);
         let _guard = self.git_lock.lock().await;
@@ -918,6 +921,9 @@ fn content_hash(top: &Path, path: &[u8]) -> Option<String> {
     toolyard_workspace::hash_reader(file).ok()
 }
 
+/// Dirty repository-relative paths and their content (see [`content_hash`]) before a call.
+type Snapshot = HashMap<Vec<u8>, Option<String>>;
+
 /// A git repository, and how to run git in it.
 struct Repo {
     top: PathBuf,
@@ -994,10 +1000,10 @@ impl Repo {
             }
             paths.push(e[3..].to_vec());
             // A rename or copy: the next entry is its source, which changed too.
-            if matches!(e[0], b'R' | b'C') {
-                if let Some(src) = entries.next() {
-                    paths.push(src.to_vec());
-                }
+            if matches!(e[0], b'R' | b'C')
+                && let Some(src) = entries.next()
+            {
+                paths.push(src.to_vec());
             }
         }
         Ok(paths)
@@ -1196,6 +1202,7 @@ mod tests {
         assert!(is_mutating("edit_file", Annotations::MUTATING));
         assert!(!is_mutating("read_file", Annotations::READ_ONLY));
         assert!(!is_mutating("web_fetch", Annotations::WEB));
+        assert!(!is_mutating("run_command", Annotations::READ_ONLY));
         let task = Annotations {
             read_only: false,
             destructive: false,

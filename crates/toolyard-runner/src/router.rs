@@ -126,10 +126,11 @@ impl Router {
     /// The lane's runner, started if there is none or it died.
     async fn runner(&self, lane: Lane) -> Result<Arc<RunnerConn>, ToolError> {
         let mut runners = self.runners.lock().await;
-        if let Some(r) = runners.get(&lane) {
-            if r.alive.load(Ordering::SeqCst) {
-                return Ok(r.clone());
-            }
+        if let Some(r) = runners
+            .get(&lane)
+            .filter(|r| r.alive.load(Ordering::SeqCst))
+        {
+            return Ok(r.clone());
         }
         let conn = Arc::new(self.start(lane).await?);
         runners.insert(lane, conn.clone());

@@ -41,10 +41,13 @@ impl ToolEnv {
         let journal_config: JournalConfig = catalog
             .section("journal")
             .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let journal = Journal::open_with(&state, &journal_config)?;
+        // Settle writes a killed process left pending, before this one writes anything.
+        journal.recover(&workspace)?;
         let records = Arc::new(LocalRecords {
             workspace: workspace.clone(),
             ledger: Ledger::open(&state)?,
-            journal: Journal::open_with(&state, &journal_config)?,
+            journal,
         });
         Ok(Self {
             workspace,

@@ -557,3 +557,25 @@ api_key_env = "MY_BRAVE_KEY"
     let err = bad.section::<WebConfig>("web").unwrap_err().to_string();
     assert!(err.contains("bing"), "{err}");
 }
+
+#[tokio::test]
+async fn an_invalid_web_section_fails_every_call_with_its_message() {
+    let tools = toolyard_tools::web::tools_with(
+        Err(ToolError::InvalidArguments(
+            "invalid catalog: line 3: [web]: unknown field `proxi`".into(),
+        )),
+        no_env(),
+    );
+    let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
+    assert_eq!(names, ["web_fetch", "web_search"]);
+    for (t, args) in tools
+        .iter()
+        .zip([json!({"url": "http://127.0.0.1:9/"}), json!({"query": "x"})])
+    {
+        let err = t
+            .invoke(args, &ToolContext::new("/tmp", "s1"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("proxi"), "{err}");
+    }
+}

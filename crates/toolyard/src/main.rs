@@ -17,11 +17,11 @@ mod serve;
 #[command(name = "toolyard", version, about)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Action,
 }
 
 #[derive(Subcommand)]
-enum Command {
+enum Action {
     /// Serve the tools over MCP (stdio, or streamable HTTP with --http).
     Serve(serve::ServeArgs),
     /// Call one tool and print its output (exit 1 when the tool reports an error).
@@ -175,15 +175,15 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve(args) => serve::serve(args),
-        Command::Call(args) => runtime()?.block_on(call(args)),
-        Command::Tools(args) => tools(args),
-        Command::CheckCommand(args) => check_command(args),
-        Command::Doctor(args) => doctor(args),
-        Command::Log(args) => log(args),
-        Command::Undo(args) => undo(args),
-        Command::Artifacts(args) => artifacts(args),
-        Command::Runner(args) => {
+        Action::Serve(args) => serve::serve(args),
+        Action::Call(args) => runtime()?.block_on(call(args)),
+        Action::Tools(args) => tools(args),
+        Action::CheckCommand(args) => check_command(args),
+        Action::Doctor(args) => doctor(args),
+        Action::Log(args) => log(args),
+        Action::Undo(args) => undo(args),
+        Action::Artifacts(args) => artifacts(args),
+        Action::Runner(args) => {
             // Sandboxes itself before any thread exists: no runtime may start before this.
             toolyard_runner::runner_main(toolyard_runner::RunnerArgs {
                 lane: args.lane,

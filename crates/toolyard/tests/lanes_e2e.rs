@@ -87,9 +87,15 @@ fn isolated_commands_cannot_reach_the_host_loopback_but_run_command_can() {
     let port = greeter();
     let (_, v) = e.call("run_command", json!({"command": connect_script(port)}));
     assert_eq!(v["success"], true, "{v}");
-    assert!(v["output"].as_str().unwrap().contains("CONNECTED hello"), "{v}");
+    assert!(
+        v["output"].as_str().unwrap().contains("CONNECTED hello"),
+        "{v}"
+    );
 
-    let (o, v) = e.call("run_command_isolated", json!({"command": connect_script(port)}));
+    let (o, v) = e.call(
+        "run_command_isolated",
+        json!({"command": connect_script(port)}),
+    );
     assert_eq!(o.status.code(), Some(1), "{v}");
     assert!(!v["output"].as_str().unwrap().contains("CONNECTED"), "{v}");
 
@@ -111,10 +117,16 @@ fn no_lane_writes_outside_the_workspace_or_reads_a_denied_secret() {
         );
         let (_, v) = e.call(tool, json!({"command": cmd}));
         let text = v.to_string();
-        assert!(!text.contains("PLANTED-PRIVATE-KEY"), "{tool} read the key: {text}");
+        assert!(
+            !text.contains("PLANTED-PRIVATE-KEY"),
+            "{tool} read the key: {text}"
+        );
         assert!(!target.exists(), "{tool} wrote outside");
         assert!(!e.home.join("pwned").exists(), "{tool} wrote into HOME");
-        assert!(e.ws.join(format!("ok-{tool}.txt")).exists(), "{tool} can write inside: {text}");
+        assert!(
+            e.ws.join(format!("ok-{tool}.txt")).exists(),
+            "{tool} can write inside: {text}"
+        );
     }
 }
 
@@ -140,7 +152,10 @@ fn a_timeout_leaves_no_process_behind_even_setsid_ones() {
     let cmd = format!("setsid sleep {marker} & (sleep {marker} &) ; echo started; sleep 100");
     let (_, v) = e.call("run_command", json!({"command": cmd, "timeout_ms": 1500}));
     assert_eq!(v["data"]["timed_out"], true, "{v}");
-    assert!(v["output"].as_str().unwrap().contains("started"), "partial output kept: {v}");
+    assert!(
+        v["output"].as_str().unwrap().contains("started"),
+        "partial output kept: {v}"
+    );
     // The kernel reaps the namespace at once; allow a moment for /proc to catch up.
     let mut left = processes_with(marker);
     for _ in 0..50 {
@@ -156,7 +171,10 @@ fn a_timeout_leaves_no_process_behind_even_setsid_ones() {
 #[test]
 fn blocked_commands_say_which_rule() {
     let e = env();
-    let (o, v) = e.call("run_command", json!({"command": "sudo rm -r -f --no-preserve-root /"}));
+    let (o, v) = e.call(
+        "run_command",
+        json!({"command": "sudo rm -r -f --no-preserve-root /"}),
+    );
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(v["error_kind"], "blocked", "{v}");
     assert!(v["output"].as_str().unwrap().contains("rule"), "{v}");
@@ -177,16 +195,29 @@ async fn a_runner_killed_mid_call_fails_that_call_and_the_next_call_works() {
     unsafe { std::env::set_var("TOOLYARD_STATE_DIR", &e.state) };
     let d = std::sync::Arc::new(lanes_dispatcher(&e.ws));
     let first = d
-        .call(CallRequest::new("s", "run_command", json!({"command": "echo warm"})))
+        .call(CallRequest::new(
+            "s",
+            "run_command",
+            json!({"command": "echo warm"}),
+        ))
         .await;
     assert!(first.success, "{}", first.output);
-    let pid = d.router().unwrap().runner_pid(Lane::Net).await.expect("net runner is up");
+    let pid = d
+        .router()
+        .unwrap()
+        .runner_pid(Lane::Net)
+        .await
+        .expect("net runner is up");
 
     let slow = {
         let d = d.clone();
         tokio::spawn(async move {
-            d.call(CallRequest::new("s", "run_command", json!({"command": "sleep 60"})))
-                .await
+            d.call(CallRequest::new(
+                "s",
+                "run_command",
+                json!({"command": "sleep 60"}),
+            ))
+            .await
         })
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -199,7 +230,11 @@ async fn a_runner_killed_mid_call_fails_that_call_and_the_next_call_works() {
     assert!(r.output.contains("runner stopped"), "{}", r.output);
 
     let again = d
-        .call(CallRequest::new("s", "run_command", json!({"command": "echo back"})))
+        .call(CallRequest::new(
+            "s",
+            "run_command",
+            json!({"command": "echo back"}),
+        ))
         .await;
     assert!(again.success, "{}", again.output);
     let new_pid = d.router().unwrap().runner_pid(Lane::Net).await.unwrap();
@@ -207,7 +242,10 @@ async fn a_runner_killed_mid_call_fails_that_call_and_the_next_call_works() {
 }
 
 fn nix_kill(pid: u32) {
-    let status = Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
 }
 

@@ -112,6 +112,8 @@ pub(crate) struct Analyzer<'p> {
     /// Variables assigned anywhere in the code seen so far: their values are chosen by the
     /// command itself, so splicing them into shell code is not trusted.
     assigned: HashSet<String>,
+    /// The working directory after a literal `cd` (so `cd / && rm -rf *` is seen as `/*`).
+    cwd: Option<Vec<Tok>>,
 }
 
 impl<'p> Analyzer<'p> {
@@ -122,6 +124,7 @@ impl<'p> Analyzer<'p> {
             depth: 0,
             scripts: 0,
             assigned: HashSet::new(),
+            cwd: None,
         };
         a.script(command).map(|_| ())
     }
@@ -620,7 +623,11 @@ impl<'p> Analyzer<'p> {
                 (Facts { downloads: true }, Flow::Download)
             });
         }
-        if let Some(b) = commands::check_builtin(&base, &words) {
+        if matches!(base.as_str(), "cd" | "pushd") {
+            let arg = args.iter().find(|w| w.option().is_none());
+            self.cwd = super::paths::cd_target(arg, self.cwd.as_deref());
+        }
+        if let Some(b) = commands::check_builtin(&base, &words, self.cwd.as_deref()) {
             self.guard(allowed, b)?;
         }
         let mut facts = Facts::default();

@@ -690,14 +690,16 @@ fn rm_args(args: &[Word]) -> (bool, bool, Vec<&Word>) {
     (recursive, maybe, ops)
 }
 
-/// The built-in checks on one simple command (after wrappers are removed).
-pub(crate) fn check_builtin(name: &str, words: &[Word]) -> Option<Block> {
+/// The built-in checks on one simple command (after wrappers are removed); relative operands
+/// are resolved against `cwd` when an earlier `cd` made it known.
+pub(crate) fn check_builtin(name: &str, words: &[Word], cwd: Option<&[Tok]>) -> Option<Block> {
     let args = &words[1..];
     let cmd = show(words);
     match name {
         "rm" => {
             let (recursive, maybe, ops) = rm_args(args);
             for op in ops {
+                let op = &paths::resolve(op, cwd);
                 match paths::classify(op) {
                     Target::Protected(area) if recursive || maybe => {
                         return Some(block::rm(area, &cmd, &op.lossy()));
@@ -748,6 +750,7 @@ pub(crate) fn check_builtin(name: &str, words: &[Word]) -> Option<Block> {
                 return None;
             }
             for op in targets {
+                let op = &paths::resolve(op, cwd);
                 match paths::classify(op) {
                     Target::Protected(_) => return Some(block::perm(rule, &cmd, &op.lossy())),
                     Target::Dynamic => return Some(block::dynamic_target(&cmd, &op.lossy())),
@@ -779,6 +782,7 @@ pub(crate) fn check_builtin(name: &str, words: &[Word]) -> Option<Block> {
                 return None;
             }
             for s in starts {
+                let s = paths::resolve(&s, cwd);
                 match paths::classify(&s) {
                     Target::Protected(_) => return Some(block::find_delete(&cmd, &s.lossy())),
                     Target::Dynamic => return Some(block::dynamic_target(&cmd, &s.lossy())),

@@ -13,6 +13,31 @@
 //! `find-delete-root`, `mkfs`, `dd-device`, `dev-write`, `download-exec`, `fork-bomb`,
 //! `dynamic-command`, `dynamic-target`, plus `too-deep`, `too-large` and `unparsable` for input
 //! Toolyard refuses to guess about. User deny rules block as `user-deny:N` (1-based).
+//!
+//! Decisions:
+//! - Protected targets (recursive `rm`, `chmod -R`, `chown -R`, `find -delete`, also via
+//!   `find -exec`): `/` and anything matching at the top level (`/*`, `/u*`), the system
+//!   directories `/bin /boot /dev /etc /lib* /media /mnt /nix /opt /proc /run /sbin /snap /srv
+//!   /sys /usr /var` and key children (`/usr/lib`, `/var/lib`, ...), homes (`~`, `$HOME`, `~/*`,
+//!   `/home/*`, `/root`, `/Users/*`), after `.`/`..`/`//` normalisation and brace expansion.
+//!   Relative paths are allowed (the sandbox keeps writes in the workspace), except after a
+//!   literal `cd` into a protected place (`cd / && rm -rf *`). `/tmp` is not protected.
+//! - Unanalysable where it matters is blocked: a command name with a variable or substitution
+//!   (`dynamic-command`); shell code assembled at run time (`eval "$(...)"`, `sh -c "$X"` when
+//!   `X` is set by the same command line, `base64 -d | sh`, `bash <(...)`); the target of a
+//!   destructive command that starts with a variable or substitution and has nothing literal
+//!   after it (`rm -rf "$DIR"`, `$DIR/*`, `$(pwd)/..`) or would be protected if it were empty
+//!   (`$PREFIX/usr`) (`dynamic-target`). A variable-prefixed path with a literal subdirectory
+//!   (`rm -rf "$TMPDIR/foo"`) is allowed, as are substitutions in harmless places (arguments of
+//!   other commands, `$(date)`/`$(pwd)`-style data spliced into `sh -c`), non-recursive `rm`
+//!   of variables, redirections to a variable (`> "$OUT"`) and `xargs` fed by unknown input.
+//! - Environment variables spliced into nested code stay variables (`bash -c "cd $DIR && make"`
+//!   is checked as `cd $DIR && make`); a heredoc or here-string fed to a shell is checked as a
+//!   script, a quoted-delimiter heredoc verbatim.
+//! - A parse error is not a block by itself: the parts that parsed, and loose words inside
+//!   error regions, are checked, so a visible `rm -rf /` is still caught.
+//! - Nesting deeper than the limits (syntax depth, nested scripts) is blocked (`too-deep`),
+//!   commands over [`MAX_COMMAND_BYTES`] too (`too-large`).
 
 mod analyze;
 mod block;

@@ -208,6 +208,33 @@ fn protected(segs: &[Seg]) -> Option<Area> {
     })
 }
 
+/// `w` resolved against `cwd` when `w` is a relative path and the directory is known.
+pub(crate) fn resolve(w: &Word, cwd: Option<&[Tok]>) -> Word {
+    match (cwd, w.toks.first()) {
+        (Some(dir), Some(Tok::Ch(c, _))) if *c != '/' => {
+            let mut toks = dir.to_vec();
+            toks.push(Tok::Ch('/', true));
+            toks.extend(w.toks.iter().cloned());
+            Word { toks }
+        }
+        _ => w.clone(),
+    }
+}
+
+/// The directory `cd ARG` leads to, when it is known (`cd` alone is home).
+pub(crate) fn cd_target(arg: Option<&Word>, cwd: Option<&[Tok]>) -> Option<Vec<Tok>> {
+    let Some(w) = arg else {
+        return Some(vec![Tok::Home]);
+    };
+    if w.toks.iter().any(|t| matches!(t, Tok::Dyn(_))) || w.literal().as_deref() == Some("-") {
+        return None;
+    }
+    match w.toks.first() {
+        Some(Tok::Home) | Some(Tok::Ch('/', _)) => Some(w.toks.clone()),
+        _ => cwd.map(|_| resolve(w, cwd).toks),
+    }
+}
+
 /// Classify the operand of a recursive delete, chmod or chown.
 pub(crate) fn classify(w: &Word) -> Target {
     match w.toks.first() {

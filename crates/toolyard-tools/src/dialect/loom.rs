@@ -251,10 +251,15 @@ impl TypedTool for Bash {
     }
 
     async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let secs = args.timeout.unwrap_or(BASH_DEFAULT_SECS).clamp(1, BASH_MAX_SECS);
+        let secs = args
+            .timeout
+            .unwrap_or(BASH_DEFAULT_SECS)
+            .clamp(1, BASH_MAX_SECS);
         let mut ctx = ctx.clone();
         ctx.max_output_bytes = ctx.max_output_bytes.max(BASH_MAX_OUTPUT * 2);
-        ctx.max_timeout = ctx.max_timeout.max(std::time::Duration::from_secs(BASH_MAX_SECS));
+        ctx.max_timeout = ctx
+            .max_timeout
+            .max(std::time::Duration::from_secs(BASH_MAX_SECS));
         let result = self
             .commands
             .run(&ctx, &args.command, args.cwd.as_deref(), Some(secs * 1000))

@@ -81,9 +81,25 @@ pub struct DialectTool {
 /// The catalog entry a dialect's tool runs under.
 fn engine_of(dialect: Dialect, name: &str) -> &'static str {
     const ENGINES: &[&str] = &[
-        "read_file", "write_file", "edit_file", "list_directory", "glob", "grep", "run_command",
-        "run_command_isolated", "web_fetch", "web_search", "build", "test", "validate",
-        "complete_task", "create_plan", "create_spec", "create_phase", "undo", "oracle",
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_directory",
+        "glob",
+        "grep",
+        "run_command",
+        "run_command_isolated",
+        "web_fetch",
+        "web_search",
+        "build",
+        "test",
+        "validate",
+        "complete_task",
+        "create_plan",
+        "create_spec",
+        "create_phase",
+        "undo",
+        "oracle",
     ];
     let engine = match (dialect, name) {
         (Dialect::Loom, "bash") | (Dialect::LoomPy, "shell_execute") => "run_command",
@@ -91,7 +107,11 @@ fn engine_of(dialect: Dialect, name: &str) -> &'static str {
         (Dialect::LoomPy, "search_files") => "grep",
         (_, other) => other,
     };
-    ENGINES.iter().find(|e| **e == engine).copied().unwrap_or("run_command")
+    ENGINES
+        .iter()
+        .find(|e| **e == engine)
+        .copied()
+        .unwrap_or("run_command")
 }
 
 /// The tools of `dialect` over `env`.

@@ -1,0 +1,501 @@
+//! The change journal through the real `toolyard` binary: every call is its own process, so
+//! every undo here is an undo across a restart. Writes, edits, undos and redos restore exact
+//! bytes and modes; undo refuses when the file changed since; and a writer killed with SIGKILL
+//! at random moments leaves every file old or new, with the journal able to restore it.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct Env {
+    _t: tempfile::TempDir,
+    ws: PathBuf,
+    state: PathBuf,
+}
+
+fn env() -> Env {
+    let t = tempfile::tempdir().unwrap();
+    let ws = t.path().join("ws");
+    let state = t.path().join("state");
+    std::fs::create_dir_all(&ws).unwrap();
+    Env { _t: t, ws, state }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+impl Env {
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_toolyard"));
+        c.args(args)
+            .current_dir(&self.ws)
+            .env("TOOLYARD_STATE_DIR", &self.state);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("the toolyard binary runs")
+    }
+
+    /// `toolyard call TOOL ARGS --json` (arguments through stdin, so they may be large).
+    fn call(&self, tool: &str, args: &Value, extra: &[&str]) -> (Value, Output) {
+        let mut a = vec!["call", tool, "-", "--json"];
+        a.extend_from_slice(extra);
+        let mut child = self
+            .cmd(&a)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let body = serde_json::to_vec(args).unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&body);
+        });
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (v, out)
+    }
+
+    /// A call that must succeed.
+    fn ok(&self, tool: &str, args: Value) -> Value {
+        let (v, out) = self.call(tool, &args, &[]);
+        assert_eq!(v["success"], true, "{tool} {args}: {}", text(&out));
+        v
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.ws.join(rel)
+    }
+
+    fn bytes(&self, rel: &str) -> Vec<u8> {
+        std::fs::read(self.path(rel)).unwrap()
+    }
+
+    fn log(&self) -> Vec<Value> {
+        let o = self.run(&["log", "--json", "--limit", "1000000"]);
+        assert!(o.status.success(), "{}", text(&o));
+        serde_json::from_slice::<Value>(&o.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// Files the model's tools can meet: CRLF, a BOM, no final newline, empty, and one line of
+/// everything in between.
+fn awkward() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        ("crlf.txt", b"one\r\ntwo\r\nthree\r\n".to_vec()),
+        ("bom.txt", b"\xEF\xBB\xBFhello bom\nsecond\n".to_vec()),
+        ("nofinal.txt", b"no final newline\nhere".to_vec()),
+        ("empty.txt", Vec::new()),
+        ("mixed.txt", b"unix\nwindows\r\nold mac\rend".to_vec()),
+    ]
+}
+
+#[test]
+fn write_edit_undo_and_redo_restore_exact_bytes_of_awkward_files() {
+    let e = env();
+    for (name, original) in awkward() {
+        std::fs::write(e.path(name), &original).unwrap();
+        e.ok("read_file", json!({"path": name}));
+        if original.is_empty() {
+            e.ok("write_file", json!({"path": name, "content": "now text\n"}));
+        } else {
+            let first_word = String::from_utf8_lossy(&original)
+                .trim_start_matches('\u{FEFF}')
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string();
+            let v = e.ok(
+                "edit_file",
+                json!({"path": name, "old_string": first_word, "new_string": "EDITED"}),
+            );
+            assert_eq!(v["files_changed"], json!([name]), "{v}");
+        }
+        let changed = e.bytes(name);
+        assert_ne!(changed, original, "{name}");
+
+        // Undo in a new process: the exact original bytes.
+        let v = e.ok("undo", json!({}));
+        assert_eq!(v["files_changed"], json!([name]), "{v}");
+        assert_eq!(e.bytes(name), original, "{name} after undo");
+
+        // Undo the undo (redo): the exact changed bytes.
+        let undo_id = v["data"]["undo"].as_i64().unwrap();
+        e.ok("undo", json!({"change_id": undo_id}));
+        assert_eq!(e.bytes(name), changed, "{name} after redo");
+
+        // And back again with the CLI.
+        let o = e.run(&["undo", "--session", "cli"]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert_eq!(e.bytes(name), original, "{name} after CLI undo");
+    }
+}
+
+#[test]
+fn binary_content_round_trips_through_write_and_undo() {
+    // The tools write text (JSON strings), but that text may be binary to a detector: NULs,
+    // control characters, every Latin-1 code point.
+    let e = env();
+    let binary: String = (0u32..=255).filter_map(char::from_u32).collect::<String>() + "\0\0end";
+    e.ok("write_file", json!({"path": "bin.dat", "content": binary}));
+    let first = e.bytes("bin.dat");
+    assert_eq!(first, binary.as_bytes());
+    // The session's own write stands for a read: it may overwrite without reading (and a
+    // binary file cannot be read as text).
+    e.ok(
+        "write_file",
+        json!({"path": "bin.dat", "content": "text now\n"}),
+    );
+    e.ok("undo", json!({}));
+    assert_eq!(e.bytes("bin.dat"), first);
+    e.ok("undo", json!({}));
+    assert!(
+        !e.path("bin.dat").exists(),
+        "undoing the creation removes it"
+    );
+}
+
+#[test]
+fn undo_restores_the_file_mode() {
+    let e = env();
+    let p = e.path("run.sh");
+    std::fs::write(&p, "#!/bin/sh\necho one\n").unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o751)).unwrap();
+    e.ok("read_file", json!({"path": "run.sh"}));
+    e.ok(
+        "edit_file",
+        json!({"path": "run.sh", "old_string": "one", "new_string": "two"}),
+    );
+    assert_eq!(mode(&p), 0o751, "an edit keeps the mode");
+    // The mode changes outside Toolyard; the content does not, so undo may proceed.
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    e.ok("undo", json!({}));
+    assert_eq!(e.bytes("run.sh"), b"#!/bin/sh\necho one\n");
+    assert_eq!(mode(&p), 0o751, "undo restores the recorded mode");
+}
+
+#[test]
+fn undo_works_across_restarts_through_the_tool_and_the_cli() {
+    let e = env();
+    e.ok("write_file", json!({"path": "a.txt", "content": "v1\n"}));
+    e.ok("write_file", json!({"path": "a.txt", "content": "v2\n"}));
+    e.ok("write_file", json!({"path": "a.txt", "content": "v3\n"}));
+    // The tool, in a later process, walks back the session's history.
+    e.ok("undo", json!({}));
+    assert_eq!(e.bytes("a.txt"), b"v2\n");
+    // The CLI, in yet another process, continues from where the tool stopped.
+    let o = e.run(&["undo", "--session", "cli"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(e.bytes("a.txt"), b"v1\n");
+    let o = e.run(&["undo", "--session", "cli"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!e.path("a.txt").exists());
+    let o = e.run(&["undo", "--session", "cli"]);
+    assert_eq!(o.status.code(), Some(2), "nothing left: {}", text(&o));
+    // `toolyard log` shows the whole history, undos included.
+    let log = e.log();
+    assert_eq!(log.len(), 6, "{log:?}");
+    assert!(log.iter().all(|c| c["status"] == "done"), "{log:?}");
+}
+
+#[test]
+fn undo_refuses_when_the_file_changed_since_and_force_overrides() {
+    let e = env();
+    e.ok("write_file", json!({"path": "a.txt", "content": "mine\n"}));
+    std::fs::write(e.path("a.txt"), "someone else's\n").unwrap();
+    let (v, out) = e.call("undo", &json!({}), &[]);
+    assert_eq!(v["success"], false, "{}", text(&out));
+    assert_eq!(v["error_kind"], "conflict");
+    assert!(
+        v["output"].as_str().unwrap().contains("changed since"),
+        "{v}"
+    );
+    assert_eq!(
+        e.bytes("a.txt"),
+        b"someone else's\n",
+        "the refused undo changed nothing"
+    );
+    let o = e.run(&["undo"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the CLI refuses too: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("changed since"), "{}", text(&o));
+
+    e.ok("undo", json!({"force": true}));
+    assert!(
+        !e.path("a.txt").exists(),
+        "forced undo restores 'did not exist'"
+    );
+    // The overwritten content was journaled by the forced undo: undoing it brings it back.
+    let o = e.run(&["undo", "--session", "cli"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let last = e.log()[0]["id"].as_i64().unwrap();
+    let o = e.run(&["undo", &last.to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(e.bytes("a.txt"), b"someone else's\n");
+}
+
+#[test]
+fn a_100_mib_file_is_restored_exactly() {
+    let e = env();
+    let big: Vec<u8> = (0..100u32 << 20)
+        .map(|i| match i % 97 {
+            96 => b'\n',
+            k => b'a' + ((k + i / 4099) % 26) as u8,
+        })
+        .collect();
+    std::fs::write(e.path("big.txt"), &big).unwrap();
+    e.ok("read_file", json!({"path": "big.txt", "limit": 1}));
+    e.ok(
+        "write_file",
+        json!({"path": "big.txt", "content": "small now\n"}),
+    );
+    assert_eq!(e.bytes("big.txt"), b"small now\n");
+    let o = e.run(&["undo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        e.bytes("big.txt") == big,
+        "the 100 MiB file is back, byte for byte"
+    );
+}
+
+// ---- crash safety ------------------------------------------------------------------------
+
+const FILES: usize = 4;
+
+/// A small deterministic generator (xorshift64*), seeded per run and printed for replay.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// Version `generation` of file `file`: a header line naming both, then a text body that
+/// changes every second generation (an even generation is a write_file, the odd one after it
+/// an edit_file of the header only), from 64 KiB to about 1.5 MiB so a write takes a while.
+fn content(file: usize, generation: u64) -> Vec<u8> {
+    let epoch = generation / 2;
+    let mut v = format!("file {file} gen {generation}\n").into_bytes();
+    let len = 64 * 1024 + ((epoch as usize * 7919 + file * 104_729) % (3 << 19));
+    let mut x = epoch.wrapping_mul(2_654_435_761) ^ file as u64 ^ 0x9E37_79B9;
+    for i in 0..len {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        v.push(if i % 64 == 63 {
+            b'\n'
+        } else {
+            b'a' + ((x >> 33) % 26) as u8
+        });
+    }
+    v
+}
+
+/// Which whole version of `file` these bytes are, if any.
+fn version_of(file: usize, bytes: &[u8]) -> Option<u64> {
+    let header = bytes.split(|b| *b == b'\n').next()?;
+    let generation: u64 = std::str::from_utf8(header)
+        .ok()?
+        .strip_prefix(&format!("file {file} gen "))?
+        .parse()
+        .ok()?;
+    (content(file, generation) == bytes).then_some(generation)
+}
+
+fn temp_litter(ws: &Path) -> usize {
+    std::fs::read_dir(ws)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".toolyard-"))
+        .count()
+}
+
+/// Start the mutation that takes file `file` from `generation` to `generation + 1`.
+fn start_mutation(e: &Env, file: usize, generation: u64) -> Child {
+    let name = format!("f{file}");
+    let args = if generation.is_multiple_of(2) {
+        json!({"path": name, "old_string": format!("file {file} gen {generation}\n"),
+               "new_string": format!("file {file} gen {}\n", generation + 1)})
+    } else {
+        let new = content(file, generation + 1);
+        json!({"path": name, "content": String::from_utf8(new).unwrap()})
+    };
+    let tool = if generation.is_multiple_of(2) {
+        "edit_file"
+    } else {
+        "write_file"
+    };
+    // Inline: the process that is killed is the one doing the journaling and the writing.
+    let mut child = e
+        .cmd(&["call", tool, "-", "--inline", "--session", "crash"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let body = serde_json::to_vec(&args).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // A kill can land while the arguments are still being sent: the write fails, harmlessly.
+    std::thread::spawn(move || {
+        let _ = stdin.write_all(&body);
+    });
+    child
+}
+
+#[test]
+fn sigkill_at_random_moments_leaves_files_old_or_new_and_undo_restores_them() {
+    let e = env();
+    let seed = std::env::var("TOOLYARD_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("crash test seed: {seed} (set TOOLYARD_CRASH_SEED to replay)");
+    let mut rng = Rng(seed);
+    let mut generations = [0u64; FILES];
+    for (f, g) in generations.iter_mut().enumerate() {
+        e.ok(
+            "write_file",
+            json!({"path": format!("f{f}"), "content": String::from_utf8(content(f, 0)).unwrap()}),
+        );
+        *g = 0;
+    }
+
+    // How long a mutation takes, learned from the ones that are not killed: kills are spread
+    // over that span so they land before, during and after the journal and the rename.
+    let mut typical = Duration::from_millis(200);
+    let (mut attempts, mut killed, mut landed) = (0usize, 0usize, 0usize);
+    let mut litter_seen = 0usize;
+    while attempts < 240 {
+        let file = (rng.next() % FILES as u64) as usize;
+        let name = format!("f{file}");
+        let before = generations[file];
+        // The ledger must have seen the file's current content before it may be replaced.
+        let (v, out) = e.call(
+            "read_file",
+            &json!({"path": name, "limit": 1}),
+            &["--inline", "--session", "crash"],
+        );
+        assert_eq!(v["success"], true, "{}", text(&out));
+
+        let started = Instant::now();
+        let mut child = start_mutation(&e, file, before);
+        attempts += 1;
+        let kill = !rng.next().is_multiple_of(5);
+        if kill {
+            let delay = typical.mul_f64((rng.next() % 1000) as f64 / 1000.0 * 1.3);
+            std::thread::sleep(delay);
+            if child.try_wait().unwrap().is_none() {
+                killed += 1;
+            }
+            let _ = child.kill();
+        }
+        let status = child.wait().unwrap();
+        if !kill && status.success() {
+            typical = (typical * 3 + started.elapsed()) / 4;
+        }
+
+        // Litter stays until recovery runs, so the count only grows.
+        litter_seen = litter_seen.max(temp_litter(&e.ws));
+        let now = e.bytes(&name);
+        let version = version_of(file, &now).unwrap_or_else(|| {
+            panic!(
+                "f{file} is neither gen {before} nor gen {}: a torn write (seed {seed})",
+                before + 1
+            )
+        });
+        assert!(
+            version == before || version == before + 1,
+            "f{file} is gen {version}, expected {before} or {} (seed {seed})",
+            before + 1
+        );
+        if version == before + 1 {
+            landed += 1;
+        }
+        generations[file] = version;
+    }
+    eprintln!(
+        "{attempts} mutations, {killed} killed while running, {landed} landed, {litter_seen} interrupted temp files left"
+    );
+    assert!(attempts >= 200);
+
+    // Restart: `toolyard log` settles what the kills left pending.
+    let log = e.log();
+    assert!(
+        log.iter().all(|c| c["status"] != "pending"),
+        "recovery settles every change"
+    );
+    let failed = log.iter().filter(|c| c["status"] == "failed").count();
+    eprintln!(
+        "journal: {} changes, {failed} settled as never landed",
+        log.len()
+    );
+    // Honesty: some kills must have landed after the journal committed and before the rename
+    // was confirmed, or this test would prove nothing about the protocol.
+    assert!(
+        failed > 0 || litter_seen > 0,
+        "no kill landed inside a write (seed {seed})"
+    );
+    assert_eq!(
+        temp_litter(&e.ws),
+        0,
+        "recovery removes interrupted writes' temp files"
+    );
+
+    for (file, &generation) in generations.iter().enumerate() {
+        let name = format!("f{file}");
+        assert_eq!(version_of(file, &e.bytes(&name)), Some(generation));
+        // The file's newest done change is the one that wrote what it holds now.
+        let last = log
+            .iter()
+            .find(|c| c["path"] == name.as_str() && c["status"] == "done")
+            .unwrap();
+        let id = last["id"].as_i64().unwrap().to_string();
+        let o = e.run(&["undo", &id]);
+        assert!(
+            o.status.success(),
+            "undo f{file} (change {id}): {}",
+            text(&o)
+        );
+        if generation == 0 {
+            assert!(!e.path(&name).exists(), "f{file}: its creation undone");
+        } else {
+            assert_eq!(
+                version_of(file, &e.bytes(&name)),
+                Some(generation - 1),
+                "f{file}: undo restores the version before (seed {seed})"
+            );
+        }
+    }
+}
