@@ -249,6 +249,30 @@ def lean_round_trips(server: Server, iterations: int, warmup: int) -> dict[str, 
     return out
 
 
+def breakdown(server: Server, iterations: int, warmup: int) -> dict[str, float]:
+    """Where toolyard's time goes: the bare MCP layer, and each op without the runner hop."""
+    out: dict[str, float] = {}
+    c = Lean(server)
+    c.handshake()
+    for name, method, params in [
+        ("ping", "ping", None),
+        ("unknown_tool", "tools/call", {"name": "no_such_tool", "arguments": {}}),
+    ]:
+        for _ in range(warmup):
+            c.request(method, params)
+        samples = []
+        for _ in range(iterations):
+            t0 = time.perf_counter_ns()
+            c.request(method, params)
+            samples.append((time.perf_counter_ns() - t0) / 1e6)
+        out[name] = statistics.median(samples)
+    c.close()
+    inline = Server(server.name, server.argv + ["--inline"], server.env, server.calls)
+    for op, v in lean_round_trips(inline, iterations, warmup).items():
+        out[f"inline_{op}"] = v
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # The official SDK client, for comparison
 
@@ -264,26 +288,22 @@ def sdk_round_trips(server: Server, iterations: int, warmup: int) -> dict[str, f
     async def run() -> dict[str, float]:
         params = StdioServerParameters(command=server.argv[0], args=server.argv[1:], env=server.env)
         out = {}
-        with open(os.devnull, "w") as devnull:
-            from mcp.client.stdio import stdio_client  # noqa: F401  (import check only)
-
-            async with Client(params, mode="legacy") as client:
-                for tool, args in server.calls["setup"]:  # type: ignore[union-attr]
-                    await client.call_tool(tool, args)
-                for op in OPS:
-                    calls = op_calls(server, op)
-                    for i in range(warmup):
-                        await client.call_tool(*calls[i % len(calls)])
-                    samples = []
-                    for i in range(iterations):
-                        tool, args = calls[i % len(calls)]
-                        t0 = time.perf_counter_ns()
-                        r = await client.call_tool(tool, args)
-                        samples.append((time.perf_counter_ns() - t0) / 1e6)
-                        if r.is_error:
-                            raise RuntimeError(f"{server.name} {tool} failed via SDK")
-                    out[op] = statistics.median(samples)
-            del devnull
+        async with Client(params, mode="legacy") as client:
+            for tool, args in server.calls["setup"]:  # type: ignore[union-attr]
+                await client.call_tool(tool, args)
+            for op in OPS:
+                calls = op_calls(server, op)
+                for i in range(warmup):
+                    await client.call_tool(*calls[i % len(calls)])
+                samples = []
+                for i in range(iterations):
+                    tool, args = calls[i % len(calls)]
+                    t0 = time.perf_counter_ns()
+                    r = await client.call_tool(tool, args)
+                    samples.append((time.perf_counter_ns() - t0) / 1e6)
+                    if r.is_error:
+                        raise RuntimeError(f"{server.name} {tool} failed via SDK")
+                out[op] = statistics.median(samples)
         return out
 
     return anyio.run(run)
@@ -297,7 +317,7 @@ def fmt_ms(v: float) -> str:
     return f"{v:.3f}" if v < 10 else f"{v:.1f}"
 
 
-def report(args, lean: dict, sdk: dict, start: dict) -> str:
+def report(args, lean: dict, sdk: dict, start: dict, parts: dict) -> str:
     ours, ref = lean["toolyard"], lean["reference"]
     targets = {"read": 5.0, "list": 5.0, "search": 10.0, "edit": 1.0}
     lines = [
@@ -305,7 +325,8 @@ def report(args, lean: dict, sdk: dict, start: dict) -> str:
         "## MCP tool-call round trips (stdio): toolyard serve vs the reference filesystem server",
         "",
         f"Measured by `python3 bench/mcp/bench.py` on {time.strftime('%Y-%m-%d')}; "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, Linux {platform.release()}; "
+        f"{platform.machine()}, {os.cpu_count()} CPUs, Linux {platform.release()}, load average "
+        f"{os.getloadavg()[0]:.1f} at the end (other work on the machine makes these figures noisy); "
         f"toolyard `{Path(toolyard_bin()).relative_to(REPO) if Path(toolyard_bin()).is_relative_to(REPO) else toolyard_bin()}`, "
         f"reference `{REF_PKG}` {reference_version()} run with `node` directly. "
         f"Medians of {args.iterations} calls (after {args.warmup} warm-up calls) per operation, both servers in the same run, "
@@ -340,6 +361,20 @@ def report(args, lean: dict, sdk: dict, start: dict) -> str:
         f"| reference (node, direct) | {start['reference']:.1f} | |",
         "",
     ]
+    if parts:
+        lines += [
+            "Where toolyard's time goes (lean client, medians): the MCP layer alone is a `ping` "
+            f"({fmt_ms(parts['ping'])} ms) or a `tools/call` the dispatcher answers at once, an unknown tool "
+            f"({fmt_ms(parts['unknown_tool'])} ms). The same operations with `--inline` (in process, no runner "
+            "hop, no sandbox), against the default sandboxed lanes:",
+            "",
+            "| operation | lanes (ms) | inline (ms) | runner hop (ms) |",
+            "|---|---:|---:|---:|",
+        ]
+        for op in OPS:
+            lanes, inl = ours[op], parts[f"inline_{op}"]
+            lines.append(f"| {op} | {fmt_ms(lanes)} | {fmt_ms(inl)} | {fmt_ms(lanes - inl)} |")
+        lines.append("")
     if sdk:
         lines += [
             f"Official MCP Python SDK client (`mcp` {sdk_version()}), the same calls, medians of {args.sdk_iterations}:",
@@ -393,6 +428,7 @@ def main() -> None:
         srv = servers(fixture, state)
         start = {s.name: startup_ms(s, args.startup_runs) for s in srv}
         lean = {s.name: lean_round_trips(s, args.iterations, args.warmup) for s in srv}
+        parts = breakdown(srv[0], args.iterations, args.warmup)
         sdk = {}
         if not args.no_sdk:
             for s in srv:
@@ -401,7 +437,7 @@ def main() -> None:
                     sdk = {}
                     break
                 sdk[s.name] = r
-    section = report(args, lean, sdk, start)
+    section = report(args, lean, sdk, start, parts)
     print(section)
     if not args.no_write:
         write_section(section)
