@@ -1,10 +1,30 @@
 #!/usr/bin/env bash
-# Run every test: the Rust workspace (unit, property, adversarial and end-to-end tests that
-# start the real binary). Installs what the tests need first.
+# Run every test: the Rust workspace (unit, property, adversarial, and end-to-end tests that
+# start the real binary), then the MCP end-to-end tests with the official Python SDK, the MCP
+# Inspector smoke test, and the official MCP conformance suite. Installs what they need first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-command -v git >/dev/null || { apt-get update -qq && apt-get install -y -qq git; }
+need_apt=()
+command -v git >/dev/null || need_apt+=(git)
+command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
+command -v npx >/dev/null || need_apt+=(nodejs npm)
+if ((${#need_apt[@]})); then
+  apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
+fi
+python3 -m pip install -q 'mcp==2.3.0' pytest
 
+echo "== cargo test"
 cargo build --workspace --bins --quiet
 cargo test --workspace --no-fail-fast
+
+echo "== MCP end-to-end (Python SDK)"
+python3 -m pytest tests/mcp -q -p no:cacheprovider
+
+echo "== MCP Inspector smoke test"
+bash tests/inspector/smoke.sh
+
+echo "== MCP conformance suite"
+# Built last, in the same target dir: the fixtures are compiled in only with the `conformance`
+# feature and served only with TOOLYARD_MCP_CONFORMANCE=1.
+CONFORMANCE_TARGET_DIR=target bash tests/conformance/run.sh
