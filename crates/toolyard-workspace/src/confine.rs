@@ -674,4 +674,49 @@ mod tests {
         assert_eq!(e.kind(), "path_outside_workspace");
         assert!(!t.path().join("new-outside").exists());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn random_path_strings_never_resolve_outside(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just("..".to_string()),
+                    proptest::strategy::Just(".".to_string()),
+                    proptest::strategy::Just("".to_string()),
+                    proptest::strategy::Just("sub".to_string()),
+                    proptest::strategy::Just("out".to_string()),
+                    proptest::strategy::Just("up".to_string()),
+                    proptest::strategy::Just("secret".to_string()),
+                    proptest::strategy::Just("f.txt".to_string()),
+                    "[a-z.\\\\~%$*-]{1,6}",
+                    proptest::strategy::Just("\0".to_string()),
+                ],
+                0..8,
+            ),
+            absolute in proptest::bool::ANY,
+        ) {
+            let (t, w) = ws();
+            let root = w.root().to_path_buf();
+            std::fs::create_dir_all(root.join("sub")).unwrap();
+            std::fs::write(root.join("sub/f.txt"), "inside").unwrap();
+            std::fs::write(t.path().join("secret"), "SECRET").unwrap();
+            symlink(t.path(), root.join("out")).unwrap();
+            symlink("..", root.join("sub/up")).unwrap();
+            let joined = parts.join("/");
+            let path = if absolute { format!("{}/{joined}", root.display()) } else { joined };
+            if let Ok(rel) = w.locate(&path, &root.join("sub")) {
+                proptest::prop_assert!(!rel.as_str().split('/').any(|c| c == ".."), "{rel}");
+                proptest::prop_assert!(w.absolute(&rel).starts_with(&root));
+                if let Ok(bytes) = w.read(&rel) {
+                    proptest::prop_assert_ne!(bytes, b"SECRET".to_vec());
+                }
+            }
+            let rel = w.relative(&path, &root);
+            if let Ok(rel) = rel {
+                if let Ok(bytes) = w.read(&rel) {
+                    proptest::prop_assert_ne!(bytes, b"SECRET".to_vec());
+                }
+            }
+        }
+    }
 }
