@@ -46,7 +46,7 @@ pub use catalog::{
     ToolSpec,
 };
 pub use error::ToolError;
-pub use registry::{Registry, RegistryError};
+pub use registry::{Registry, RegistryError, unknown_tool};
 pub use result::ToolResult;
 pub use schema::{SchemaFormat, ToolDefinition, export, schema_of};
 pub use tool::{

@@ -15,6 +15,14 @@ pub enum RegistryError {
     Duplicate(String),
 }
 
+/// The error for a call to a tool that is not served, naming the ones that are.
+pub fn unknown_tool(name: &str, available: &[&str]) -> ToolError {
+    ToolError::NotFound(format!(
+        "unknown tool `{name}`; available tools: {}",
+        available.join(", ")
+    ))
+}
+
 /// Tools by name. Iteration order is by name, so listings are deterministic.
 #[derive(Clone, Default)]
 pub struct Registry {
@@ -68,11 +76,7 @@ impl Registry {
     /// Run `name` with `args`; every failure, an unknown name included, is a result.
     pub async fn invoke(&self, name: &str, args: Value, ctx: &ToolContext) -> ToolResult {
         let Some(tool) = self.get(name) else {
-            return ToolError::NotFound(format!(
-                "unknown tool `{name}`; available tools: {}",
-                self.list().join(", ")
-            ))
-            .into();
+            return unknown_tool(name, &self.list()).into();
         };
         tool.invoke(args, ctx).await.into()
     }

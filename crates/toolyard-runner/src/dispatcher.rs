@@ -190,12 +190,7 @@ impl Dispatcher {
     /// Run one call. Every failure, an unknown tool or a timeout included, is a result.
     pub async fn call(&self, req: CallRequest) -> ToolResult {
         let Some(entry) = self.tools.get(&req.tool) else {
-            return ToolError::NotFound(format!(
-                "unknown tool `{}`; available tools: {}",
-                req.tool,
-                self.tool_names().join(", ")
-            ))
-            .into();
+            return toolyard_core::unknown_tool(&req.tool, &self.tool_names()).into();
         };
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
         let call_id = format!("{}-{n}", std::process::id());
