@@ -12,7 +12,7 @@ use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
-use crate::files::{apply_edit, commit_write, expect_for_write};
+use crate::files::{apply_edit, commit_write, expect_for_write, read_tracked};
 
 /// Seed 003's default read cap (1 MB).
 const DEFAULT_MAX_BYTES: u64 = 1024 * 1024;
@@ -74,14 +74,8 @@ impl TypedTool for LoomReadFile {
     }
 
     async fn run(&self, args: LoomReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let (rel, content) = read_tracked(&self.env, ctx, &args.path).await?;
         let ws = &self.env.workspace;
-        let rel = ws.locate(&args.path, &ctx.cwd)?;
-        let content = ws.read(&rel)?;
-        let hash = toolyard_workspace::hash_bytes(&content);
-        self.env
-            .records
-            .record_read(&ctx.session_id, &rel, &hash)
-            .await?;
         let max = args.max_bytes.unwrap_or(DEFAULT_MAX_BYTES) as usize;
         let truncated = content.len() > max;
         let mut end = content.len().min(max);

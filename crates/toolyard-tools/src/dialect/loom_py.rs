@@ -12,7 +12,7 @@ use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
-use crate::files::{EditFile, EditFileArgs};
+use crate::files::{EditFile, EditFileArgs, read_tracked};
 use crate::search::{GrepArgs, GrepTool};
 
 /// Seed 002 truncates human-readable output to 10KB.
@@ -51,14 +51,7 @@ impl TypedTool for PyReadFile {
     }
 
     async fn run(&self, args: PyReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let ws = &self.env.workspace;
-        let rel = ws.locate(&args.path, &ctx.cwd)?;
-        let content = ws.read(&rel)?;
-        let hash = toolyard_workspace::hash_bytes(&content);
-        self.env
-            .records
-            .record_read(&ctx.session_id, &rel, &hash)
-            .await?;
+        let (rel, content) = read_tracked(&self.env, ctx, &args.path).await?;
         let text = String::from_utf8_lossy(&content);
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let (start, end) = match args.line_range {

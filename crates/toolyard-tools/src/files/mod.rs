@@ -29,6 +29,22 @@ pub fn tools(env: Arc<ToolEnv>) -> Vec<Arc<dyn Tool>> {
     ]
 }
 
+/// Read the file at the path argument `path` whole and record the read in the session's ledger,
+/// so a later write or edit of it is allowed.
+pub async fn read_tracked(
+    env: &ToolEnv,
+    ctx: &ToolContext,
+    path: &str,
+) -> Result<(RelPath, Vec<u8>), ToolError> {
+    let rel = env.workspace.locate(path, &ctx.cwd)?;
+    let content = env.workspace.read(&rel)?;
+    let hash = hash_bytes(&content);
+    env.records
+        .record_read(&ctx.session_id, &rel, &hash)
+        .await?;
+    Ok((rel, content))
+}
+
 /// Check that this session may overwrite `rel` (whose current hash is `current`, `None` when it
 /// does not exist) and return the compare-and-swap expectation for the write.
 pub async fn expect_for_write(
