@@ -124,16 +124,29 @@ impl EnvPolicy {
 
 /// `*` (any run) and `?` (one character) glob match, ASCII case-insensitive.
 fn glob_match(pattern: &str, name: &str) -> bool {
-    let p: Vec<char> = pattern.chars().map(|c| c.to_ascii_uppercase()).collect();
-    let n: Vec<char> = name.chars().map(|c| c.to_ascii_uppercase()).collect();
+    // Environment names and patterns are ASCII in practice: match their bytes, allocation-free
+    // (this runs for every variable and pattern of every command).
+    if pattern.is_ascii() && name.is_ascii() {
+        return glob_match_upper(pattern.as_bytes(), name.as_bytes(), |c| {
+            c.to_ascii_uppercase()
+        });
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    glob_match_upper(&p, &n, |c| c.to_ascii_uppercase())
+}
+
+/// The glob match over any characters, comparing them through `upper`.
+fn glob_match_upper<T: Copy + PartialEq + From<u8>>(p: &[T], n: &[T], upper: impl Fn(T) -> T) -> bool {
+    let (star_c, any_c) = (T::from(b'*'), T::from(b'?'));
     let (mut pi, mut ni) = (0, 0);
     // Position of the last `*` and the name index it was tried at, for backtracking.
     let mut star: Option<(usize, usize)> = None;
     while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+        if pi < p.len() && (p[pi] == any_c || upper(p[pi]) == upper(n[ni])) {
             pi += 1;
             ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
+        } else if pi < p.len() && p[pi] == star_c {
             star = Some((pi, ni));
             pi += 1;
         } else if let Some((sp, sn)) = star {
@@ -144,7 +157,7 @@ fn glob_match(pattern: &str, name: &str) -> bool {
             return false;
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    p[pi..].iter().all(|&c| c == star_c)
 }
 
 #[cfg(test)]

@@ -5,13 +5,19 @@
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write as _;
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncReadExt;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncReadExt, Interest};
+use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::ToolError;
@@ -181,7 +187,7 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
         return Err(ToolError::FileNotFound(req.cwd.clone()));
     }
     let mechanism = tree::mechanism();
-    let (mut child, tree) = match spawn(&req, mechanism) {
+    let (mut child, mut out, mut err) = match spawn(&req, mechanism) {
         Ok(spawned) => spawned,
         // The namespace may be refused later than the probe saw (e.g. a limit on namespaces).
         Err(e) if mechanism != &Mechanism::ProcessGroup && is_namespace_refusal(&e) => {
@@ -191,17 +197,12 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
         Err(e) => return Err(e),
     };
     let started = Instant::now();
-    tracing::debug!(command = %req.command, cwd = %req.cwd.display(), pid = ?child.id(), "spawned");
+    tracing::debug!(command = %req.command, cwd = %req.cwd.display(), "spawned");
 
-    let (Some(mut out), Some(mut err)) = (child.stdout.take(), child.stderr.take()) else {
-        tree.kill();
-        return Err(ToolError::Io(
-            "the command's output pipes are missing".into(),
-        ));
-    };
     let mut capture = Capture::new(&req);
-    let mut out_buf = vec![0u8; CHUNK];
-    let mut err_buf = vec![0u8; CHUNK];
+    // Read into spare capacity: nothing is zeroed (or even touched) for a quiet command.
+    let mut out_buf = Vec::with_capacity(CHUNK);
+    let mut err_buf = Vec::with_capacity(CHUNK);
     let (mut out_open, mut err_open) = (true, true);
     let mut status: Option<ExitStatus> = None;
     let (mut timed_out, mut cancelled) = (false, false);
@@ -219,13 +220,19 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
             break;
         }
         tokio::select! {
-            r = out.read(&mut out_buf), if out_open => match r {
+            r = out.read_buf(&mut out_buf), if out_open => match r {
                 Ok(0) | Err(_) => out_open = false,
-                Ok(n) => capture.push(Stream::Out, &out_buf[..n]),
+                Ok(_) => {
+                    capture.push(Stream::Out, &out_buf);
+                    out_buf.clear();
+                }
             },
-            r = err.read(&mut err_buf), if err_open => match r {
+            r = err.read_buf(&mut err_buf), if err_open => match r {
                 Ok(0) | Err(_) => err_open = false,
-                Ok(n) => capture.push(Stream::Err, &err_buf[..n]),
+                Ok(_) => {
+                    capture.push(Stream::Err, &err_buf);
+                    err_buf.clear();
+                }
             },
             st = child.wait(), if status.is_none() => {
                 status = Some(st.map_err(|e| ToolError::Io(format!("waiting for the command: {e}")))?);
@@ -233,19 +240,19 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
             }
             _ = tokio::time::sleep_until(deadline), if !killed && status.is_none() => {
                 timed_out = true;
-                tree.kill();
+                child.kill();
                 killed = true;
                 give_up_at = Some(tokio::time::Instant::now() + DRAIN_GRACE);
             }
             _ = req.cancel.cancelled(), if !killed && status.is_none() => {
                 cancelled = true;
-                tree.kill();
+                child.kill();
                 killed = true;
                 give_up_at = Some(tokio::time::Instant::now() + DRAIN_GRACE);
             }
             _ = tokio::time::sleep_until(exited_at.unwrap_or(far) + EXIT_GRACE), if exited_at.is_some() && !killed => {
                 // The command exited but something it started still holds its pipes.
-                tree.kill();
+                child.kill();
                 killed = true;
                 give_up_at = Some(tokio::time::Instant::now() + DRAIN_GRACE);
             }
@@ -269,7 +276,7 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
             }
         }
     }
-    tree.cleanup();
+    child.cleanup();
 
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (exit_code, signal) = describe(status);
@@ -286,10 +293,107 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
     Ok(outcome)
 }
 
-fn spawn(
+/// A started command: how to wait for it and kill its tree.
+enum Proc {
+    /// Through `tokio::process` (cgroup or process-group mechanisms).
+    Tokio(tokio::process::Child, tree::Tree),
+    /// In a PID namespace of its own, waited for through the init's pidfd.
+    Ns(tree::NsChild, AsyncFd<OwnedFd>),
+}
+
+type Reader = Pin<Box<dyn AsyncRead + Send>>;
+
+impl Proc {
+    /// How the command ended (cancel-safe).
+    async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        match self {
+            Proc::Tokio(child, _) => child.wait().await,
+            Proc::Ns(child, pidfd) => loop {
+                let mut ready = pidfd.readable().await?;
+                match child.try_reap()? {
+                    Some(status) => return Ok(status),
+                    None => ready.clear_ready(),
+                }
+            },
+        }
+    }
+
+    /// Kill the whole tree (idempotent).
+    fn kill(&self) {
+        match self {
+            Proc::Tokio(_, tree) => tree.kill(),
+            Proc::Ns(child, _) => child.kill(),
+        }
+    }
+
+    /// Remove what the tree left behind, after it is dead.
+    fn cleanup(self) {
+        match self {
+            Proc::Tokio(_, tree) => tree.cleanup(),
+            // An init not reaped by now is killed and reaped aside when dropped.
+            Proc::Ns(..) => {}
+        }
+    }
+}
+
+fn spawn(req: &ExecRequest, mechanism: &Mechanism) -> Result<(Proc, Reader, Reader), ToolError> {
+    match mechanism {
+        Mechanism::PidNamespace | Mechanism::UserPidNamespace => {
+            spawn_ns(req, matches!(mechanism, Mechanism::UserPidNamespace))
+        }
+        _ => spawn_tokio(req, mechanism),
+    }
+}
+
+fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<(Proc, Reader, Reader), ToolError> {
+    let c = |s: &[u8], what: &str| {
+        CString::new(s).map_err(|_| ToolError::InvalidArguments(format!("{what} contains a NUL byte")))
+    };
+    let program = CString::from(c"/bin/sh");
+    let args = [
+        program.clone(),
+        CString::from(c"-c"),
+        c(req.command.as_bytes(), "the command")?,
+    ];
+    let env = req
+        .env
+        .build(std::env::vars_os())
+        .into_iter()
+        .map(|(k, v)| {
+            let mut kv = k.into_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            c(&kv, "an environment variable")
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let cwd = c(req.cwd.as_os_str().as_bytes(), "the working directory")?;
+    let cmd = tree::NsCommand {
+        program: &program,
+        args: &args,
+        env: &env,
+        cwd: &cwd,
+    };
+    let spawned = tree::spawn_in_pid_namespace(&cmd, user_ns)
+        .map_err(|e| ToolError::Io(format!("cannot start `sh -c`: {e}")))?;
+    let tree::NsSpawned {
+        child,
+        pidfd,
+        stdout,
+        stderr,
+    } = spawned;
+    let io = |e: std::io::Error| ToolError::Io(format!("watching the command: {e}"));
+    // SAFETY: the AsyncFd owns the pidfd, which stays open and the same until it is dropped.
+    let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
+        .map_err(|e| io(e.into()))?;
+    let out = pipe::Receiver::from_owned_fd(stdout).map_err(io)?;
+    let err = pipe::Receiver::from_owned_fd(stderr).map_err(io)?;
+    Ok((Proc::Ns(child, pidfd), Box::pin(out), Box::pin(err)))
+}
+
+fn spawn_tokio(
     req: &ExecRequest,
     mechanism: &Mechanism,
-) -> Result<(tokio::process::Child, tree::Tree), ToolError> {
+) -> Result<(Proc, Reader, Reader), ToolError> {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(&req.command)
@@ -303,9 +407,16 @@ fn spawn(
     let prepared = tree::prepare(&mut cmd, mechanism)
         .map_err(|e| ToolError::Io(format!("preparing the command's cgroup: {e}")))?;
     match cmd.spawn() {
-        Ok(child) => {
+        Ok(mut child) => {
             let pid = child.id().unwrap_or(0);
-            Ok((child, prepared.spawned(pid)))
+            let tree = prepared.spawned(pid);
+            let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+                tree.kill();
+                return Err(ToolError::Io(
+                    "the command's output pipes are missing".into(),
+                ));
+            };
+            Ok((Proc::Tokio(child, tree), Box::pin(out), Box::pin(err)))
         }
         Err(e) => {
             prepared.abandon();

@@ -12,9 +12,12 @@
 //! Without a PID namespace, a delegated cgroup v2 with `cgroup.kill` is used, and as a last
 //! resort the process group (which misses processes that called `setsid`).
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -93,16 +96,37 @@ fn detect() -> Mechanism {
 
 /// Spawn `sh -c 'exit 7'` through the mechanism and check the status comes back faithfully.
 fn probe(m: &Mechanism) -> io::Result<()> {
-    let mut cmd = std::process::Command::new("/bin/sh");
-    cmd.args(["-c", "exit 7"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let leaf = prepare_std(&mut cmd, m)?;
-    let status = cmd.status();
-    if let Some(leaf) = leaf {
-        leaf.remove();
-    }
+    let status = match m {
+        Mechanism::PidNamespace | Mechanism::UserPidNamespace => {
+            let sh = CString::from(c"/bin/sh");
+            let args = [sh.clone(), CString::from(c"-c"), CString::from(c"exit 7")];
+            let cwd = CString::from(c"/");
+            let spawned = spawn_in_pid_namespace(
+                &NsCommand {
+                    program: &sh,
+                    args: &args,
+                    env: &[],
+                    cwd: &cwd,
+                },
+                matches!(m, Mechanism::UserPidNamespace),
+            )?;
+            let NsSpawned { mut child, .. } = spawned;
+            child.wait_blocking()
+        }
+        _ => {
+            let mut cmd = std::process::Command::new("/bin/sh");
+            cmd.args(["-c", "exit 7"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            let leaf = prepare_std(&mut cmd, m)?;
+            let status = cmd.status();
+            if let Some(leaf) = leaf {
+                leaf.remove();
+            }
+            status
+        }
+    };
     match status?.code() {
         Some(7) => Ok(()),
         other => Err(io::Error::other(format!("probe exited with {other:?}"))),
@@ -145,7 +169,7 @@ pub(crate) fn prepare(cmd: &mut Command, m: &Mechanism) -> io::Result<Prepared> 
         Mechanism::Cgroup(parent) => Some(CgroupLeaf::create(parent)?),
         _ => None,
     };
-    let hook = PreExec::new(m, leaf.as_ref());
+    let hook = PreExec::new(leaf.as_ref());
     // SAFETY: the hook only makes async-signal-safe syscalls on data prepared before the fork.
     unsafe {
         cmd.pre_exec(move || hook.run());
@@ -183,7 +207,7 @@ fn prepare_std(cmd: &mut std::process::Command, m: &Mechanism) -> io::Result<Opt
         Mechanism::Cgroup(parent) => Some(CgroupLeaf::create(parent)?),
         _ => None,
     };
-    let hook = PreExec::new(m, leaf.as_ref());
+    let hook = PreExec::new(leaf.as_ref());
     // SAFETY: as in `prepare`.
     unsafe {
         cmd.pre_exec(move || hook.run());
@@ -193,16 +217,12 @@ fn prepare_std(cmd: &mut std::process::Command, m: &Mechanism) -> io::Result<Opt
 
 /// What runs in the forked child before `exec`; everything it needs is allocated beforehand.
 struct PreExec {
-    pid_ns: bool,
-    id_maps: Option<IdMaps>,
     cgroup_procs: Option<CString>,
 }
 
 impl PreExec {
-    fn new(m: &Mechanism, leaf: Option<&CgroupLeaf>) -> Self {
+    fn new(leaf: Option<&CgroupLeaf>) -> Self {
         Self {
-            pid_ns: matches!(m, Mechanism::PidNamespace | Mechanism::UserPidNamespace),
-            id_maps: matches!(m, Mechanism::UserPidNamespace).then(IdMaps::current),
             cgroup_procs: leaf.map(|l| l.procs.clone()),
         }
     }
@@ -210,9 +230,6 @@ impl PreExec {
     fn run(&self) -> io::Result<()> {
         if let Some(procs) = &self.cgroup_procs {
             write_file(procs, b"0")?;
-        }
-        if self.pid_ns {
-            pid_namespace_shim(self.id_maps.as_ref())?;
         }
         Ok(())
     }
@@ -275,113 +292,368 @@ fn close_all_but(from: libc::c_uint, keep: libc::c_int) {
     }
 }
 
-/// Runs in the forked child: returns `Ok` only in the process that goes on to exec `sh`.
-fn pid_namespace_shim(id_maps: Option<&IdMaps>) -> io::Result<()> {
-    let mut flags = libc::CLONE_NEWPID;
-    if id_maps.is_some() {
-        flags |= libc::CLONE_NEWUSER;
-    }
-    // SAFETY: we are the freshly forked, single-threaded child; only async-signal-safe calls.
+/// What a command run in a PID namespace of its own executes.
+pub(crate) struct NsCommand<'a> {
+    /// The program to exec, e.g. `/bin/sh`.
+    pub(crate) program: &'a CStr,
+    /// Its argument vector, `argv[0]` included.
+    pub(crate) args: &'a [CString],
+    /// Its whole environment, as `NAME=value` strings.
+    pub(crate) env: &'a [CString],
+    /// Its working directory.
+    pub(crate) cwd: &'a CStr,
+}
+
+/// A command just started in its own PID namespace, with the read ends of its output pipes.
+pub(crate) struct NsSpawned {
+    pub(crate) child: NsChild,
+    /// Becomes readable when the init (and so the whole namespace) is gone.
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
+}
+
+/// The init of a command's PID namespace, as seen from the runner.
+///
+/// Dropping it before it was reaped kills the whole tree and reaps it on a helper thread.
+#[derive(Debug)]
+pub(crate) struct NsChild {
+    pid: libc::pid_t,
+    /// The init's report: 8 bytes, `[0, raw wait status of the command]` or `[1, errno]` of a
+    /// setup step that failed before the command could start.
+    report: OwnedFd,
+    reaped: bool,
+}
+
+/// The stack on which the init starts the command with `clone(CLONE_VM | CLONE_VFORK)`, like
+/// `posix_spawn`. Only ever touched in an init, each of which has its own copy of the runner's
+/// memory, so concurrent spawns never share it and the runner never pays for it.
+struct SpawnStack(std::cell::UnsafeCell<[u8; SPAWN_STACK]>);
+// SAFETY: the runner never reads or writes it; each init writes only its private copy.
+unsafe impl Sync for SpawnStack {}
+const SPAWN_STACK: usize = 64 * 1024;
+static SPAWN_STACK_MEM: SpawnStack = SpawnStack(std::cell::UnsafeCell::new([0; SPAWN_STACK]));
+
+/// Report kinds written by the init.
+const REPORT_STATUS: i32 = 0;
+const REPORT_ERRNO: i32 = 1;
+
+/// Everything the init needs, prepared before the clone (the child must not allocate).
+struct InitContext<'a> {
+    program: &'a CStr,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: &'a CStr,
+    stdin: libc::c_int,
+    stdout: libc::c_int,
+    stderr: libc::c_int,
+    report: libc::c_int,
+    id_maps: Option<&'a IdMaps>,
+    stack_top: *mut libc::c_void,
+}
+
+/// `struct clone_args` of `clone3(2)` (the first, version 0 fields).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+}
+
+fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors that we then own.
     unsafe {
-        // A fresh start: handlers inherited from the runner (tokio's SIGCHLD) must not run here.
+        if libc::pipe2(fds.as_mut_ptr(), flags) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
+/// Start `cmd` as PID 2 of a new PID namespace (in a new user namespace too when `user_ns`),
+/// under an init of our own as PID 1, in a process group of its own, stdin from /dev/null and
+/// stdout/stderr into fresh pipes.
+///
+/// One `clone3(CLONE_NEWPID | CLONE_PIDFD)` makes the init directly (no shim outside the
+/// namespace); the init starts the command with a vfork-style clone (no copy of the address
+/// space), closes everything but its report pipe, reaps every process until the command has
+/// exited, reports the command's raw wait status and exits, and the kernel then kills whatever
+/// the command left behind. The runner waits on the pidfd, which is readable once the init
+/// (and so the namespace) is gone.
+pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::Result<NsSpawned> {
+    let argv: Vec<*const libc::c_char> = cmd
+        .args
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = cmd
+        .env
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    // SAFETY: open of a constant path; the descriptor is then owned.
+    let devnull = unsafe {
+        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        OwnedFd::from_raw_fd(fd)
+    };
+    let (out_r, out_w) = pipe(libc::O_CLOEXEC)?;
+    let (err_r, err_w) = pipe(libc::O_CLOEXEC)?;
+    let (report_r, report_w) = pipe(libc::O_CLOEXEC | libc::O_NONBLOCK)?;
+    let id_maps = user_ns.then(IdMaps::current);
+    // The stack grows down; keep its top 16-byte aligned.
+    let top = SPAWN_STACK_MEM.0.get().cast::<u8>().wrapping_add(SPAWN_STACK);
+    let stack_top = top.wrapping_sub(top as usize % 16).cast::<libc::c_void>();
+    let ctx = InitContext {
+        program: cmd.program,
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        cwd: cmd.cwd,
+        stdin: devnull.as_raw_fd(),
+        stdout: out_w.as_raw_fd(),
+        stderr: err_w.as_raw_fd(),
+        report: report_w.as_raw_fd(),
+        id_maps: id_maps.as_ref(),
+        stack_top,
+    };
+    let mut pidfd: libc::c_int = -1;
+    let mut flags = (libc::CLONE_NEWPID | libc::CLONE_PIDFD) as u64;
+    if user_ns {
+        flags |= libc::CLONE_NEWUSER as u64;
+    }
+    let mut args = CloneArgs {
+        flags,
+        pidfd: std::ptr::from_mut(&mut pidfd) as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: a fork-like clone3 (no CLONE_VM, no new stack): the child continues here with
+    // its own copy of the address space and runs only async-signal-safe code on data prepared
+    // above, then exits without returning.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            std::ptr::from_mut(&mut args),
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: we are the freshly cloned, single-threaded child.
+        unsafe { namespace_init(&ctx) }
+    }
+    // SAFETY: the kernel stored a new pidfd for the child.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    Ok(NsSpawned {
+        child: NsChild {
+            pid: pid as libc::pid_t,
+            report: report_r,
+            reaped: false,
+        },
+        pidfd,
+        stdout: out_r,
+        stderr: err_r,
+    })
+}
+
+impl NsChild {
+    /// Kill the whole tree (the init, and with it the namespace). Idempotent.
+    pub(crate) fn kill(&self) {
+        if self.reaped {
+            return;
+        }
+        // SAFETY: only signals; the pid cannot be reused before we reap it.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::killpg(self.pid, libc::SIGKILL);
+        }
+    }
+
+    /// Reap the init if it has exited, and say how the command ended.
+    pub(crate) fn try_reap(&mut self) -> io::Result<Option<ExitStatus>> {
+        self.reap(libc::WNOHANG)
+    }
+
+    /// Wait for the init to exit, and say how the command ended.
+    pub(crate) fn wait_blocking(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(st) = self.reap(0)? {
+                return Ok(st);
+            }
+        }
+    }
+
+    fn reap(&mut self, options: libc::c_int) -> io::Result<Option<ExitStatus>> {
+        if self.reaped {
+            return Err(io::Error::other("the command was already reaped"));
+        }
+        let mut init_status = 0;
+        // SAFETY: waitpid on our own child.
+        let r = unsafe { libc::waitpid(self.pid, &mut init_status, options) };
+        if r == 0 {
+            return Ok(None);
+        }
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+        self.reaped = true;
+        let mut buf = [0u8; 8];
+        // SAFETY: a non-blocking read into a local buffer; the init wrote its report (one
+        // atomic write of 8 bytes) before exiting, or never.
+        let n = unsafe { libc::read(self.report.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+        if n != 8 {
+            // No report: the init itself was killed (our timeout or cancellation).
+            return Ok(Some(ExitStatus::from_raw(init_status)));
+        }
+        let kind = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let value = i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]);
+        if kind == REPORT_ERRNO {
+            return Err(io::Error::from_raw_os_error(value));
+        }
+        Ok(Some(ExitStatus::from_raw(value)))
+    }
+}
+
+impl Drop for NsChild {
+    fn drop(&mut self) {
+        if self.reaped {
+            return;
+        }
+        // Abandoned (the caller gave up or was dropped): the tree dies, and is reaped aside.
+        self.kill();
+        let pid = self.pid;
+        let _ = std::thread::Builder::new()
+            .name("toolyard-reap".into())
+            .spawn(move || {
+                let mut st = 0;
+                // SAFETY: waitpid on our own (killed) child.
+                while unsafe { libc::waitpid(pid, &mut st, 0) } < 0
+                    && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+                {}
+            });
+    }
+}
+
+/// Write the init's 8-byte report.
+fn report(fd: libc::c_int, kind: i32, value: i32) {
+    let mut buf = [0u8; 8];
+    buf[..4].copy_from_slice(&kind.to_ne_bytes());
+    buf[4..].copy_from_slice(&value.to_ne_bytes());
+    // SAFETY: a plain write of a local buffer.
+    unsafe {
+        libc::write(fd, buf.as_ptr().cast(), buf.len());
+    }
+}
+
+/// Report a failed setup step and exit.
+fn init_fail(ctx: &InitContext<'_>) -> ! {
+    let errno = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    report(ctx.report, REPORT_ERRNO, errno);
+    // SAFETY: ends the init without running any of the runner's exit code.
+    unsafe { libc::_exit(127) }
+}
+
+/// Make `fd` the descriptor `target`, inheritable across exec.
+///
+/// # Safety
+/// Async-signal-safe; call only in the freshly cloned child.
+unsafe fn move_fd(fd: libc::c_int, target: libc::c_int) -> bool {
+    // SAFETY: descriptor syscalls only.
+    unsafe {
+        if fd == target {
+            libc::fcntl(fd, libc::F_SETFD, 0) == 0
+        } else {
+            libc::dup2(fd, target) == target
+        }
+    }
+}
+
+/// PID 1 of the namespace: set up, start the command, reap everything, report, exit.
+///
+/// # Safety
+/// Only in the freshly cloned, single-threaded child: async-signal-safe calls on data
+/// prepared before the clone, no allocation.
+unsafe fn namespace_init(ctx: &InitContext<'_>) -> ! {
+    // SAFETY: see the function's contract.
+    unsafe {
+        // A fresh start: handlers inherited from the runner (tokio's SIGCHLD) must not run
+        // here, and the command must not inherit a blocked signal or an ignored SIGPIPE.
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         for sig in 1..32 {
             if sig != libc::SIGKILL && sig != libc::SIGSTOP {
                 libc::signal(sig, libc::SIG_DFL);
             }
         }
-        if libc::unshare(flags) != 0 {
-            return Err(io::Error::last_os_error());
+        if let Some(maps) = ctx.id_maps
+            && maps.write().is_err()
+        {
+            init_fail(ctx);
         }
-        if let Some(maps) = id_maps {
-            maps.write()?;
+        if libc::setpgid(0, 0) != 0
+            || !move_fd(ctx.stdin, 0)
+            || !move_fd(ctx.stdout, 1)
+            || !move_fd(ctx.stderr, 2)
+            || libc::chdir(ctx.cwd.as_ptr()) != 0
+        {
+            init_fail(ctx);
         }
-        let mut fds = [0; 2];
-        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            return Err(io::Error::last_os_error());
+        let sh = libc::clone(
+            exec_command,
+            ctx.stack_top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::from_ref(ctx).cast_mut().cast(),
+        );
+        if sh < 0 {
+            init_fail(ctx);
         }
-        let [status_rd, status_wr] = fds;
-        match libc::fork() {
-            -1 => Err(io::Error::last_os_error()),
-            0 => {
-                libc::close(status_rd);
-                namespace_init(status_wr)
+        // Hold no pipe open (stdio, the runner's descriptors), so readers see EOF when the
+        // command's processes are gone.
+        close_all_but(0, ctx.report);
+        let mut status: libc::c_int = 127 << 8;
+        loop {
+            let mut st = 0;
+            let r = libc::waitpid(-1, &mut st, 0);
+            if r == sh {
+                status = st;
+                break;
             }
-            init => outer_shim(init, status_rd, status_wr),
-        }
-    }
-}
-
-/// PID 1 of the namespace: fork `sh`, reap everything, report `sh`'s status, exit.
-fn namespace_init(status_wr: libc::c_int) -> io::Result<()> {
-    // SAFETY: single-threaded forked child; only async-signal-safe calls.
-    unsafe {
-        let sh = libc::fork();
-        if sh == 0 {
-            libc::close(status_wr);
-            return Ok(()); // this process execs `sh`
-        }
-        // Hold no pipe open (stdio, std's exec-error pipe), so readers see EOF when `sh` is done.
-        close_all_but(0, status_wr);
-        let mut status: libc::c_int = 127 << 8; // "exit 127" if the fork failed
-        if sh > 0 {
-            loop {
-                let mut st = 0;
-                let r = libc::waitpid(-1, &mut st, 0);
-                if r == sh {
-                    status = st;
-                    break;
-                }
-                if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                    break;
-                }
+            if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
             }
         }
-        let bytes = status.to_ne_bytes();
-        libc::write(status_wr, bytes.as_ptr().cast(), bytes.len());
+        report(ctx.report, REPORT_STATUS, status);
         libc::_exit(0);
     }
 }
 
-/// Outside the namespace: wait for the init and end exactly as `sh` ended.
-fn outer_shim(init: libc::pid_t, status_rd: libc::c_int, status_wr: libc::c_int) -> ! {
-    // SAFETY: single-threaded forked child; only async-signal-safe calls.
+/// The vfork-style child of the init: exec the command (the init waits until it has).
+extern "C" fn exec_command(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the init's context, alive while the init is suspended in the clone;
+    // only execve and _exit are called.
     unsafe {
-        libc::close(status_wr);
-        // Closing std's exec-error pipe here lets the parent's spawn() return once `sh` execs.
-        close_all_but(0, status_rd);
-        let mut buf = [0u8; 4];
-        let mut got = 0;
-        while got < buf.len() {
-            let n = libc::read(status_rd, buf[got..].as_mut_ptr().cast(), buf.len() - got);
-            if n > 0 {
-                got += n as usize;
-            } else if n == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                break;
-            }
-        }
-        let mut init_status = 0;
-        while libc::waitpid(init, &mut init_status, 0) < 0
-            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-        {}
-        // No report means the init itself was killed (our timeout): end like it did.
-        let status = if got == buf.len() {
-            libc::c_int::from_ne_bytes(buf)
-        } else {
-            init_status
-        };
-        if libc::WIFSIGNALED(status) {
-            let sig = libc::WTERMSIG(status);
-            // Die of the same signal, without writing a core file for it.
-            let no_core = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-            libc::signal(sig, libc::SIG_DFL);
-            libc::kill(libc::getpid(), sig);
-            libc::_exit(128 + sig);
-        }
-        libc::_exit(libc::WEXITSTATUS(status));
+        let ctx = &*arg.cast::<InitContext<'_>>();
+        libc::execve(ctx.program.as_ptr(), ctx.argv, ctx.envp);
+        libc::_exit(127)
     }
 }
 

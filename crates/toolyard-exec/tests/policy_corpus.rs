@@ -614,29 +614,6 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-#[test]
-fn check_is_fast() {
-    let p = policy();
-    let start = std::time::Instant::now();
-    let mut n = 0;
-    for _ in 0..20 {
-        for (cmd, _) in BLOCKED {
-            let _ = p.check(cmd);
-            n += 1;
-        }
-        for cmd in ALLOWED {
-            let _ = p.check(cmd);
-            n += 1;
-        }
-    }
-    let per_call = start.elapsed() / n;
-    // Generous for debug builds on a loaded machine; release is far below this.
-    assert!(
-        per_call < std::time::Duration::from_millis(5),
-        "{per_call:?} per check"
-    );
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -660,4 +637,34 @@ proptest! {
         let d = policy().check(&cmd);
         prop_assert_eq!(d.is_allowed(), !has_r, "{}", cmd);
     }
+}
+
+#[test]
+fn non_ascii_input_is_analysed_without_crashing_the_parser() {
+    // tree-sitter-bash hands its lookahead to C's isdigit, which crashes on code points past
+    // 255; the policy parses an ASCII shadow of the command instead.
+    let p = policy();
+    let odd = ["\u{1F600}", "é", "\u{10FFFF}", "\u{FFFD}", "中文", "\u{0660}"];
+    for c in odd {
+        for shape in [
+            "echo {c}",
+            "cat <{c}",
+            "echo 1>{c}",
+            "echo $(({c}))",
+            "echo ${{{c}}}",
+            "x={c}2 ls",
+            "cat <<{c}\nbody\n{c}\n",
+            "{c}{c}{c} | {c}",
+            "echo $'{c}' >&{c}",
+        ] {
+            let cmd = shape.replace("{c}", c);
+            let _ = p.check(&cmd);
+        }
+        assert_eq!(
+            p.check(&format!("echo {c}; rm -rf / # {c}")).rule(),
+            Some("rm-root"),
+            "non-ASCII text around a destructive command does not hide it"
+        );
+    }
+    assert!(p.check("echo 'héllo wörld' > notes.txt").is_allowed());
 }

@@ -248,6 +248,8 @@ impl CommandPolicy {
     pub fn check(&self, command: &str) -> Decision {
         let result = if command.len() > MAX_COMMAND_BYTES {
             Err(block::too_large(command.len(), MAX_COMMAND_BYTES))
+        } else if bracket_depth(command) > MAX_BRACKET_DEPTH {
+            Err(block::too_deep(analyze::MAX_DEPTH))
         } else {
             analyze::Analyzer::run(self, command)
         };
@@ -269,8 +271,56 @@ thread_local! {
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
 }
 
+/// Raw nesting a command may have before it is parsed: tree-sitter recurses in C on deeply
+/// nested input and can overflow the stack (a SIGSEGV, not a catchable panic), so such input
+/// never reaches the parser.
+const MAX_BRACKET_DEPTH: usize = 256;
+
+/// The deepest nesting of `(`/`{`/`[` and backquotes in `src`, counted without regard to
+/// quoting (an over-estimate, which only errs towards blocking).
+fn bracket_depth(src: &str) -> usize {
+    let (mut depth, mut max, mut backquote) = (0usize, 0usize, false);
+    for b in src.bytes() {
+        match b {
+            b'(' | b'{' | b'[' => depth += 1,
+            b')' | b'}' | b']' => depth = depth.saturating_sub(1),
+            b'`' => {
+                backquote = !backquote;
+                if backquote {
+                    depth += 1;
+                } else {
+                    depth = depth.saturating_sub(1);
+                }
+            }
+            _ => {}
+        }
+        max = max.max(depth);
+    }
+    max
+}
+
+/// `src` with every non-ASCII byte replaced by `a`: the same length, so node byte ranges still
+/// index the original text. tree-sitter-bash's scanner passes the lookahead character to C's
+/// `isdigit`, which is undefined (and crashes with SIGSEGV) for values past 255; bash treats
+/// such bytes as word characters, as it does `a`.
+fn ascii_shadow(src: &str) -> String {
+    src.bytes()
+        .map(|b| if b.is_ascii() { b as char } else { 'a' })
+        .collect()
+}
+
 /// Parse shell code with this thread's parser (created on first use).
 fn parse(src: &str) -> Option<Tree> {
+    if bracket_depth(src) > MAX_BRACKET_DEPTH {
+        return None;
+    }
+    let shadow;
+    let src = if src.is_ascii() {
+        src
+    } else {
+        shadow = ascii_shadow(src);
+        &shadow
+    };
     PARSER.with(|cell| {
         let fresh = || {
             let mut p = Parser::new();
