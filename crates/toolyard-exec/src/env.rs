@@ -137,7 +137,11 @@ fn glob_match(pattern: &str, name: &str) -> bool {
 }
 
 /// The glob match over any characters, comparing them through `upper`.
-fn glob_match_upper<T: Copy + PartialEq + From<u8>>(p: &[T], n: &[T], upper: impl Fn(T) -> T) -> bool {
+fn glob_match_upper<T: Copy + PartialEq + From<u8>>(
+    p: &[T],
+    n: &[T],
+    upper: impl Fn(T) -> T,
+) -> bool {
     let (star_c, any_c) = (T::from(b'*'), T::from(b'?'));
     let (mut pi, mut ni) = (0, 0);
     // Position of the last `*` and the name index it was tried at, for backtracking.

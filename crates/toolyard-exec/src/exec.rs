@@ -2,10 +2,10 @@
 //! cancellation that kill the whole process tree, and output captured head-and-tail while the
 //! command runs, so memory stays bounded however much it prints.
 
+use std::ffi::CString;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write as _;
-use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::ExitStatusExt;
@@ -347,7 +347,8 @@ fn spawn(req: &ExecRequest, mechanism: &Mechanism) -> Result<(Proc, Reader, Read
 
 fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<(Proc, Reader, Reader), ToolError> {
     let c = |s: &[u8], what: &str| {
-        CString::new(s).map_err(|_| ToolError::InvalidArguments(format!("{what} contains a NUL byte")))
+        CString::new(s)
+            .map_err(|_| ToolError::InvalidArguments(format!("{what} contains a NUL byte")))
     };
     let program = CString::from(c"/bin/sh");
     let args = [

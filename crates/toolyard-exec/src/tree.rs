@@ -17,8 +17,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -413,7 +413,11 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
     let (report_r, report_w) = pipe(libc::O_CLOEXEC | libc::O_NONBLOCK)?;
     let id_maps = user_ns.then(IdMaps::current);
     // The stack grows down; keep its top 16-byte aligned.
-    let top = SPAWN_STACK_MEM.0.get().cast::<u8>().wrapping_add(SPAWN_STACK);
+    let top = SPAWN_STACK_MEM
+        .0
+        .get()
+        .cast::<u8>()
+        .wrapping_add(SPAWN_STACK);
     let stack_top = top.wrapping_sub(top as usize % 16).cast::<libc::c_void>();
     let ctx = InitContext {
         program: cmd.program,
@@ -547,7 +551,8 @@ impl Drop for NsChild {
                 // SAFETY: waitpid on our own (killed) child.
                 while unsafe { libc::waitpid(pid, &mut st, 0) } < 0
                     && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
-                {}
+                {
+                }
             });
     }
 }
@@ -565,7 +570,9 @@ fn report(fd: libc::c_int, kind: i32, value: i32) {
 
 /// Report a failed setup step and exit.
 fn init_fail(ctx: &InitContext<'_>) -> ! {
-    let errno = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    let errno = io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO);
     report(ctx.report, REPORT_ERRNO, errno);
     // SAFETY: ends the init without running any of the runner's exit code.
     unsafe { libc::_exit(127) }

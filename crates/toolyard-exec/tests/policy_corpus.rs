@@ -644,7 +644,14 @@ fn non_ascii_input_is_analysed_without_crashing_the_parser() {
     // tree-sitter-bash hands its lookahead to C's isdigit, which crashes on code points past
     // 255; the policy parses an ASCII shadow of the command instead.
     let p = policy();
-    let odd = ["\u{1F600}", "é", "\u{10FFFF}", "\u{FFFD}", "中文", "\u{0660}"];
+    let odd = [
+        "\u{1F600}",
+        "é",
+        "\u{10FFFF}",
+        "\u{FFFD}",
+        "中文",
+        "\u{0660}",
+    ];
     for c in odd {
         for shape in [
             "echo {c}",

@@ -29,8 +29,15 @@ pub(crate) fn open(state: &StateDir, durability: Durability) -> Result<Connectio
         .map_err(|e| ToolError::Io(format!("cannot open {}: {e}", path.display())))?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(db_err)?;
     // Only takes effect on a new, empty database: lets pruning give pages back to the OS.
-    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+    // Setting it always runs a write transaction (and a synced commit) even when nothing
+    // changes, so it is set only when the database is not incremental yet.
+    let auto_vacuum: i64 = conn
+        .pragma_query_value(None, "auto_vacuum", |r| r.get(0))
         .map_err(db_err)?;
+    if auto_vacuum != 2 {
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+            .map_err(db_err)?;
+    }
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
         .map_err(db_err)?;

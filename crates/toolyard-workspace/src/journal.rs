@@ -397,9 +397,21 @@ impl Journal {
     }
 
     /// The write of change `id` landed.
+    ///
+    /// This commit does not wait for the disk (`synchronous=NORMAL` for it alone): if it is
+    /// lost in a crash, the change is left `pending` and [`Journal::recover`] settles it as done
+    /// from the file's content, exactly as for a crash just before this call. The next
+    /// `synchronous=FULL` commit (the next record) makes it durable along with its own.
     pub fn mark_done(&self, id: ChangeId) -> Result<(), ToolError> {
         let mut conn = db::lock(&self.conn);
-        let tx = immediate(&mut conn)?;
+        let relaxed = RelaxedSync::new(&conn);
+        let result = Self::mark_done_in(&mut conn, id);
+        relaxed.restore(&conn)?;
+        result
+    }
+
+    fn mark_done_in(conn: &mut Connection, id: ChangeId) -> Result<(), ToolError> {
+        let tx = immediate(conn)?;
         let (status, undoes) = status_of(&tx, id)?;
         match status {
             ChangeStatus::Done => {}
@@ -706,6 +718,7 @@ impl Journal {
         };
         let rec = {
             let mut conn = db::lock(&self.conn);
+            ensure_full_sync(&conn)?;
             let tx = immediate(&mut conn)?;
             tx.execute(
                 "INSERT INTO journal_changes
@@ -920,6 +933,41 @@ fn link_undo(tx: &Transaction<'_>, id: ChangeId) -> Result<(), ToolError> {
         cur = target;
         in_effect = !in_effect;
     }
+}
+
+/// `synchronous=NORMAL` on a `synchronous=FULL` connection for one commit.
+struct RelaxedSync {
+    relaxed: bool,
+}
+
+impl RelaxedSync {
+    fn new(conn: &Connection) -> Self {
+        let relaxed = conn.pragma_update(None, "synchronous", "NORMAL").is_ok();
+        Self { relaxed }
+    }
+
+    /// Back to `synchronous=FULL`; on failure the connection is left unusable for records
+    /// ([`ensure_full_sync`] runs before each).
+    fn restore(self, conn: &Connection) -> Result<(), ToolError> {
+        if self.relaxed {
+            conn.pragma_update(None, "synchronous", "FULL")
+                .map_err(db_err)?;
+        }
+        Ok(())
+    }
+}
+
+/// Make sure the connection commits with `synchronous=FULL` (2 = FULL), restoring it if a
+/// relaxed commit could not.
+fn ensure_full_sync(conn: &Connection) -> Result<(), ToolError> {
+    let level: i64 = conn
+        .pragma_query_value(None, "synchronous", |r| r.get(0))
+        .map_err(db_err)?;
+    if level < 2 {
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(db_err)?;
+    }
+    Ok(())
 }
 
 fn immediate(conn: &mut Connection) -> Result<Transaction<'_>, ToolError> {
