@@ -1,6 +1,6 @@
-//! Benchmark driver for `bench/grep_glob.sh`: runs the grep or glob engine once over a tree,
-//! uncapped, and prints every result the way `rg --no-heading -n` / `fd` would, so both sides
-//! produce the same output volume.
+//! Benchmark driver for `bench/run --only grep` (bench/lib/grep_glob.py): runs the grep or glob
+//! engine once over a tree, uncapped, and prints every result the way `rg --no-heading -n` / `fd`
+//! would, so both sides produce the same output volume.
 //!
 //! Usage: `search_bench grep PATTERN DIR` or `search_bench glob PATTERN DIR`.
 

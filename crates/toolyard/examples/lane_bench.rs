@@ -1,7 +1,10 @@
-//! Lane overhead benchmark: `run_command "true"` in each lane against a plain `sh -c true`
-//! spawn, `unshare -n` and `bwrap` per call (the cost of a fresh sandbox per call), the cost of
-//! a file tool through a runner against inline, and the runner's peak memory while a command
-//! prints 1 GiB. Prints a Markdown section for bench/RESULTS.md.
+//! Lane overhead benchmark (driven by `bench/run --only lanes`): `run_command "true"` in each
+//! lane against a plain `sh -c true` spawn, `unshare -n` and `bwrap` doing the same isolation
+//! per call (a fresh sandbox for every call), and a file tool through a runner against inline.
+//!
+//! Every round runs each variant once, in an order that rotates from round to round, so a burst
+//! of load from elsewhere on the machine hits every variant alike. Prints one JSON object: for
+//! each variant its median, 10th and 90th percentile in milliseconds.
 //!
 //! `cargo run --release -p toolyard --example lane_bench -- [ROUNDS]`
 
@@ -9,66 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use toolyard_core::Lane;
+use serde_json::{Value, json};
 use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn time_spawn(rounds: usize, program: &str, args: &[&str]) -> Option<Duration> {
-    let ok = Command::new(program)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        return None;
-    }
-    let mut v = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        let t = Instant::now();
-        let _ = Command::new(program)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        v.push(t.elapsed());
-    }
-    Some(median(v))
-}
-
-async fn time_call(d: &Dispatcher, rounds: usize, tool: &str, args: serde_json::Value) -> Duration {
-    let warm = d.call(CallRequest::new("bench", tool, args.clone())).await;
-    assert!(warm.success, "{tool}: {}", warm.output);
-    let mut v = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        let t = Instant::now();
-        let r = d.call(CallRequest::new("bench", tool, args.clone())).await;
-        v.push(t.elapsed());
-        assert!(r.success, "{tool}: {}", r.output);
-    }
-    median(v)
-}
-
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-}
-
 fn toolyard_exe() -> PathBuf {
+    if let Some(p) = std::env::var_os("TOOLYARD_BIN") {
+        return PathBuf::from(p);
+    }
     let me = std::env::current_exe().expect("current exe");
     // target/<profile>/examples/lane_bench -> target/<profile>/toolyard
     me.parent()
@@ -83,6 +33,66 @@ fn dispatcher(ws: &Path, mode: Mode) -> Dispatcher {
     Dispatcher::new(c).expect("dispatcher")
 }
 
+/// One thing to time.
+enum Variant {
+    Spawn(Vec<String>),
+    Call {
+        lanes: bool,
+        tool: &'static str,
+        args: Value,
+    },
+}
+
+struct Case {
+    key: &'static str,
+    label: &'static str,
+    variant: Variant,
+    /// Calls per round (cheap calls get more samples).
+    per_round: usize,
+    samples: Vec<Duration>,
+}
+
+fn spawn_ok(argv: &[String]) -> bool {
+    Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn spawn_once(argv: &[String]) -> Duration {
+    let t = Instant::now();
+    let _ = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    t.elapsed()
+}
+
+async fn call_once(d: &Dispatcher, tool: &str, args: &Value) -> Duration {
+    let t = Instant::now();
+    let r = d.call(CallRequest::new("bench", tool, args.clone())).await;
+    let e = t.elapsed();
+    assert!(r.success, "{tool}: {}", r.output);
+    e
+}
+
+fn stats(mut v: Vec<Duration>) -> Value {
+    v.sort();
+    let at = |q: f64| {
+        let i = ((v.len() - 1) as f64 * q).round() as usize;
+        v[i].as_secs_f64() * 1000.0
+    };
+    json!({"median_ms": at(0.5), "p10_ms": at(0.1), "p90_ms": at(0.9), "n": v.len()})
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
 #[tokio::main]
 async fn main() {
     let rounds: usize = std::env::args()
@@ -95,32 +105,126 @@ async fn main() {
     std::fs::write(ws.join("small.txt"), "x\n".repeat(2048)).expect("file");
     // SAFETY: no other thread reads the environment at this point of start-up.
     unsafe { std::env::set_var("TOOLYARD_STATE_DIR", tmp.path().join("state")) };
-
-    let plain = time_spawn(rounds, "sh", &["-c", "true"]).expect("sh works");
-    let unshare = time_spawn(rounds, "unshare", &["-n", "sh", "-c", "true"]);
     let ws_s = ws.display().to_string();
-    let bwrap = time_spawn(
-        rounds,
-        "bwrap",
-        &[
-            "--unshare-net",
-            "--unshare-pid",
-            "--die-with-parent",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--bind",
-            &ws_s,
-            &ws_s,
-            "sh",
-            "-c",
-            "true",
-        ],
-    );
+
+    let true_args = json!({"command": "true"});
+    let read_args = json!({"path": "small.txt", "limit": 10});
+    let mut cases = vec![
+        Case {
+            key: "plain",
+            label: "plain `sh -c true` spawn",
+            variant: Variant::Spawn(s(&["sh", "-c", "true"])),
+            per_round: 1,
+            samples: vec![],
+        },
+        Case {
+            key: "unshare",
+            label: "`unshare -n sh -c true` per call",
+            variant: Variant::Spawn(s(&["unshare", "-n", "sh", "-c", "true"])),
+            per_round: 1,
+            samples: vec![],
+        },
+        Case {
+            key: "bwrap",
+            label: "`bwrap` per call (net + pid namespaces, / read-only, workspace writable)",
+            variant: Variant::Spawn(s(&[
+                "bwrap",
+                "--unshare-net",
+                "--unshare-pid",
+                "--die-with-parent",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--bind",
+                &ws_s,
+                &ws_s,
+                "sh",
+                "-c",
+                "true",
+            ])),
+            per_round: 1,
+            samples: vec![],
+        },
+        Case {
+            key: "no_net",
+            label: "toolyard `run_command_isolated \"true\"` (no-net lane)",
+            variant: Variant::Call {
+                lanes: true,
+                tool: "run_command_isolated",
+                args: true_args.clone(),
+            },
+            per_round: 1,
+            samples: vec![],
+        },
+        Case {
+            key: "net",
+            label: "toolyard `run_command \"true\"` (net lane)",
+            variant: Variant::Call {
+                lanes: true,
+                tool: "run_command",
+                args: true_args.clone(),
+            },
+            per_round: 1,
+            samples: vec![],
+        },
+        Case {
+            key: "heavy",
+            label: "toolyard `build \"true\"` (heavy lane)",
+            variant: Variant::Call {
+                lanes: true,
+                tool: "build",
+                args: true_args.clone(),
+            },
+            per_round: 1,
+            samples: vec![],
+        },
+        Case {
+            key: "inline_cmd",
+            label: "toolyard `run_command \"true\"` inline (no runner, no sandbox)",
+            variant: Variant::Call {
+                lanes: false,
+                tool: "run_command",
+                args: true_args,
+            },
+            per_round: 1,
+            samples: vec![],
+        },
+        Case {
+            key: "read_lane",
+            label: "toolyard `read_file` 4 KB through the no-net runner",
+            variant: Variant::Call {
+                lanes: true,
+                tool: "read_file",
+                args: read_args.clone(),
+            },
+            per_round: 5,
+            samples: vec![],
+        },
+        Case {
+            key: "read_inline",
+            label: "toolyard `read_file` 4 KB inline",
+            variant: Variant::Call {
+                lanes: false,
+                tool: "read_file",
+                args: read_args,
+            },
+            per_round: 5,
+            samples: vec![],
+        },
+    ];
+    // Drop the spawn variants this machine cannot run (no bwrap, no user namespaces, ...).
+    let mut missing = vec![];
+    cases.retain(|c| match &c.variant {
+        Variant::Spawn(argv) if !spawn_ok(argv) => {
+            missing.push(c.key);
+            false
+        }
+        _ => true,
+    });
 
     let lanes = dispatcher(
         &ws,
@@ -129,94 +233,46 @@ async fn main() {
         },
     );
     let inline = dispatcher(&ws, Mode::Inline);
-    let true_args = json!({"command": "true"});
-    let no_net = time_call(&lanes, rounds, "run_command_isolated", true_args.clone()).await;
-    let net = time_call(&lanes, rounds, "run_command", true_args.clone()).await;
-    let heavy = time_call(&lanes, rounds, "build", true_args.clone()).await;
-    let inline_cmd = time_call(&inline, rounds, "run_command", true_args).await;
-    let read_args = json!({"path": "small.txt", "limit": 10});
-    let read_lane = time_call(&lanes, rounds * 5, "read_file", read_args.clone()).await;
-    let read_inline = time_call(&inline, rounds * 5, "read_file", read_args).await;
-
-    // Peak memory of the net runner and of this process while a command prints 1 GiB.
-    let big = lanes
-        .call(CallRequest::new(
-            "bench",
-            "run_command",
-            json!({"command": "head -c 1073741824 /dev/zero | tr '\\0' 'a'", "timeout_ms": 600000}),
-        ))
-        .await;
-    let runner_pid = lanes
-        .router()
-        .and_then(|r| futures_lite(r.runner_pid(Lane::Net)));
-    let runner_rss = runner_pid.and_then(peak_rss_kib);
-    let self_rss = peak_rss_kib(std::process::id());
-    let big_ok =
-        big.output.contains("bytes (") && big.output.ends_with("a\n") || big.output.contains("cut");
-
-    let row = |name: &str, d: Duration| {
-        format!(
-            "| {name} | {:.2} | {:+.2} | {:.2}x |\n",
-            ms(d),
-            ms(d) - ms(plain),
-            ms(d) / ms(plain)
-        )
-    };
-    let mut out = String::new();
-    out.push_str(&format!(
-        "Median of {rounds} calls each, same run. \"vs plain\" is the difference to a bare `sh -c true` spawn from this process.\n\n"
-    ));
-    out.push_str("| what | median ms | vs plain (ms) | ratio to plain |\n|---|---|---|---|\n");
-    out.push_str(&row("plain `sh -c true` spawn", plain));
-    if let Some(u) = unshare {
-        out.push_str(&row("`unshare -n sh -c true` per call", u));
-    }
-    match bwrap {
-        Some(b) => out.push_str(&row("`bwrap` (net+pid namespaces) per call", b)),
-        None => out.push_str("| `bwrap` per call | not available | | |\n"),
-    }
-    out.push_str(&row(
-        "toolyard `run_command_isolated \"true\"` (no-net lane)",
-        no_net,
-    ));
-    out.push_str(&row("toolyard `run_command \"true\"` (net lane)", net));
-    out.push_str(&row("toolyard `build \"true\"` (heavy lane)", heavy));
-    out.push_str(&row(
-        "toolyard `run_command \"true\"` inline (no sandbox)",
-        inline_cmd,
-    ));
-    out.push_str(&format!(
-        "\nFile tool per call (`read_file` of a 4 KB file, {} calls): through the no-net runner {:.3} ms, inline {:.3} ms, ratio {:.2}x.\n",
-        rounds * 5,
-        ms(read_lane),
-        ms(read_inline),
-        ms(read_lane) / ms(read_inline)
-    ));
-    out.push_str(&format!(
-        "\nTarget: a sandboxed no-net call within 2 ms of a plain spawn: {:+.2} ms, {}.\n",
-        ms(no_net) - ms(plain),
-        if ms(no_net) - ms(plain) <= 2.0 {
-            "met"
-        } else {
-            "missed"
+    // Warm-up: start every runner, fill caches.
+    for c in &cases {
+        if let Variant::Call {
+            lanes: l,
+            tool,
+            args,
+        } = &c.variant
+        {
+            let d = if *l { &lanes } else { &inline };
+            for _ in 0..3 {
+                call_once(d, tool, args).await;
+            }
         }
-    ));
-    out.push_str(&format!(
-        "\nA command printing 1 GiB through the net runner: result {} ({} bytes shown); peak RSS of the runner {} MiB, of the calling process {} MiB. Target: under 64 MiB: {}.\n",
-        if big_ok { "kept head and tail" } else { "UNEXPECTED" },
-        big.output.len(),
-        runner_rss.map(|k| format!("{:.1}", k as f64 / 1024.0)).unwrap_or("?".into()),
-        self_rss.map(|k| format!("{:.1}", k as f64 / 1024.0)).unwrap_or("?".into()),
-        match runner_rss {
-            Some(k) if k < 64 * 1024 => "met",
-            Some(_) => "missed",
-            None => "not measured",
+    }
+    let n = cases.len();
+    for round in 0..rounds {
+        for k in 0..n {
+            let c = &mut cases[(round + k) % n];
+            for _ in 0..c.per_round {
+                let d = match &c.variant {
+                    Variant::Spawn(argv) => spawn_once(argv),
+                    Variant::Call {
+                        lanes: l,
+                        tool,
+                        args,
+                    } => call_once(if *l { &lanes } else { &inline }, tool, args).await,
+                };
+                c.samples.push(d);
+            }
         }
-    ));
-    print!("{out}");
-}
-
-/// Wait for a future from sync code inside the runtime (the pid lookup is quick).
-fn futures_lite<F: std::future::Future>(f: F) -> F::Output {
-    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+        if (round + 1) % 50 == 0 {
+            eprintln!("lane_bench: {}/{rounds} rounds", round + 1);
+        }
+    }
+    let mut out = serde_json::Map::new();
+    for c in cases {
+        let mut v = stats(c.samples);
+        v["label"] = json!(c.label);
+        out.insert(c.key.to_string(), v);
+    }
+    let result = json!({"rounds": rounds, "results": out, "unavailable": missing});
+    println!("{}", serde_json::to_string_pretty(&result).expect("json"));
 }
