@@ -65,50 +65,158 @@ pub struct Window {
 /// Number the lines `offset..offset+limit` of `content`, stopping once the text would pass
 /// `max_bytes`.
 pub fn read_window(content: &[u8], offset: usize, limit: usize, max_bytes: usize) -> Window {
-    let body = content.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(content);
-    let mut lines: Vec<&[u8]> = body.split(|&b| b == b'\n').collect();
-    if body.is_empty() || body.ends_with(b"\n") {
-        lines.pop();
+    let mut w = Windower::new(offset, limit, max_bytes);
+    w.push(content);
+    w.finish()
+}
+
+/// Builds a [`Window`] from a file streamed in chunks, keeping only the lines shown, so a huge
+/// file costs memory in proportion to the window, not to the file.
+#[derive(Debug)]
+pub struct Windower {
+    offset: usize,
+    limit: usize,
+    max_bytes: usize,
+    started: bool,
+    lines_done: usize,
+    /// The current line's bytes, kept only while it is inside the window (and bounded).
+    line: Vec<u8>,
+    line_chars: usize,
+    line_has_bytes: bool,
+    line_last: u8,
+    window: Window,
+}
+
+/// Bytes of one line kept before it is cut (`MAX_LINE_CHARS` characters of up to 4 bytes).
+const LINE_KEEP_BYTES: usize = MAX_LINE_CHARS * 4 + 4;
+
+impl Windower {
+    /// A window of `limit` lines from line `offset` (1-indexed), at most `max_bytes` of text.
+    pub fn new(offset: usize, limit: usize, max_bytes: usize) -> Self {
+        Self {
+            offset,
+            limit,
+            max_bytes,
+            started: false,
+            lines_done: 0,
+            line: Vec::new(),
+            line_chars: 0,
+            line_has_bytes: false,
+            line_last: 0,
+            window: Window {
+                text: String::new(),
+                total_lines: 0,
+                first: offset,
+                last: 0,
+                capped: false,
+                long_lines_cut: false,
+                lossy: false,
+            },
+        }
     }
-    let total_lines = lines.len();
-    let mut text = String::new();
-    let mut last = 0;
-    let mut capped = false;
-    let mut long_lines_cut = false;
-    let mut lossy = false;
-    for (i, raw) in lines.iter().enumerate().skip(offset - 1).take(limit) {
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+
+    fn in_window(&self, line_no: usize) -> bool {
+        !self.window.capped && line_no >= self.offset && line_no - self.offset < self.limit
+    }
+
+    /// Feed the next chunk of the file.
+    pub fn push(&mut self, mut chunk: &[u8]) {
+        if !self.started && !chunk.is_empty() {
+            self.started = true;
+            chunk = chunk.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(chunk);
+        }
+        while !chunk.is_empty() {
+            let (piece, ends_line) = match memchr::memchr(b'\n', chunk) {
+                Some(i) => (&chunk[..i], true),
+                None => (chunk, false),
+            };
+            self.add_to_line(piece);
+            chunk = if ends_line {
+                &chunk[piece.len() + 1..]
+            } else {
+                &[]
+            };
+            if ends_line {
+                self.end_line();
+            }
+        }
+    }
+
+    fn add_to_line(&mut self, piece: &[u8]) {
+        if piece.is_empty() {
+            return;
+        }
+        self.line_has_bytes = true;
+        self.line_last = piece[piece.len() - 1];
+        if self.in_window(self.lines_done + 1) {
+            // Count characters as UTF-8 lead bytes, so the cut marker can say how many remain.
+            self.line_chars += piece.iter().filter(|&&b| (b & 0xC0) != 0x80).count();
+            let room = LINE_KEEP_BYTES.saturating_sub(self.line.len());
+            self.line.extend_from_slice(&piece[..piece.len().min(room)]);
+        }
+    }
+
+    fn end_line(&mut self) {
+        self.lines_done += 1;
+        let n = self.lines_done;
+        if self.in_window(n) {
+            let mut line = std::mem::take(&mut self.line);
+            let mut chars = self.line_chars;
+            let truncated = line.len() >= LINE_KEEP_BYTES;
+            // A CRLF line's `\r` is part of the line ending, not of the text.
+            if self.line_last == b'\r' {
+                chars -= 1;
+                if !truncated {
+                    line.pop();
+                }
+            }
+            self.emit(n, &line, chars, truncated);
+        }
+        self.line.clear();
+        self.line_chars = 0;
+        self.line_has_bytes = false;
+        self.line_last = 0;
+    }
+
+    fn emit(&mut self, n: usize, raw: &[u8], chars: usize, truncated: bool) {
         let line = match std::str::from_utf8(raw) {
             Ok(s) => std::borrow::Cow::Borrowed(s),
+            Err(e) if e.error_len().is_none() && truncated => {
+                // Only the kept prefix ends mid-character: not the file's fault.
+                std::borrow::Cow::Borrowed(
+                    std::str::from_utf8(&raw[..e.valid_up_to()]).unwrap_or(""),
+                )
+            }
             Err(_) => {
-                lossy = true;
+                self.window.lossy = true;
                 String::from_utf8_lossy(raw)
             }
         };
         let shown = match line.char_indices().nth(MAX_LINE_CHARS) {
             Some((cut, _)) => {
-                long_lines_cut = true;
-                let rest = line[cut..].chars().count();
+                self.window.long_lines_cut = true;
+                let rest = chars.saturating_sub(MAX_LINE_CHARS);
                 format!("{}... [line cut: {rest} more characters]", &line[..cut])
             }
             None => line.into_owned(),
         };
-        let numbered = format!("{:>6}|{}\n", i + 1, shown);
-        if !text.is_empty() && text.len() + numbered.len() > max_bytes {
-            capped = true;
-            break;
+        let numbered = format!("{n:>6}|{shown}\n");
+        if !self.window.text.is_empty() && self.window.text.len() + numbered.len() > self.max_bytes
+        {
+            self.window.capped = true;
+            return;
         }
-        text.push_str(&numbered);
-        last = i + 1;
+        self.window.text.push_str(&numbered);
+        self.window.last = n;
     }
-    Window {
-        text,
-        total_lines,
-        first: offset,
-        last,
-        capped,
-        long_lines_cut,
-        lossy,
+
+    /// The window, once the whole file was fed.
+    pub fn finish(mut self) -> Window {
+        if self.line_has_bytes {
+            self.end_line();
+        }
+        self.window.total_lines = self.lines_done;
+        self.window
     }
 }
 
@@ -140,22 +248,35 @@ impl TypedTool for ReadFile {
                 "read_file: offset and limit start at 1".into(),
             ));
         }
-        let mut content = Vec::new();
-        ws.open_file(&rel)?
-            .read_to_end(&mut content)
-            .map_err(|e| ws.map_err(e, &rel))?;
-        let hash = toolyard_workspace::hash_bytes(&content);
-        check_text(&rel, &content)?;
+        // Stream the file: hash all of it for the ledger, keep only the lines shown.
+        let mut file = ws.open_file(&rel)?;
+        let mut hasher = blake3::Hasher::new();
+        let mut windower = Windower::new(offset, limit, ctx.max_output_bytes);
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut bytes = 0u64;
+        loop {
+            let n = file.read(&mut buf).map_err(|e| ws.map_err(e, &rel))?;
+            if n == 0 {
+                break;
+            }
+            if bytes == 0 {
+                check_text(&rel, &buf[..n])?;
+            }
+            bytes += n as u64;
+            hasher.update(&buf[..n]);
+            windower.push(&buf[..n]);
+        }
+        let hash = hasher.finalize().to_hex().to_string();
         self.env
             .records
             .record_read(&ctx.session_id, &rel, &hash)
             .await?;
 
-        if content.is_empty() {
+        if bytes == 0 {
             return Ok(ToolResult::ok(format!("{rel} is empty (0 bytes)."))
                 .with_data(json!({"path": rel.as_str(), "total_lines": 0, "bytes": 0})));
         }
-        let window = read_window(&content, offset, limit, ctx.max_output_bytes);
+        let window = windower.finish();
         if window.last == 0 && !window.capped {
             return Err(ToolError::InvalidArguments(format!(
                 "offset {offset} is past the end of {rel}, which has {} lines",
@@ -195,7 +316,7 @@ impl TypedTool for ReadFile {
             "first_line": window.first,
             "last_line": window.last,
             "next_offset": next,
-            "bytes": content.len(),
+            "bytes": bytes,
             "lossy_utf8": window.lossy,
         })))
     }
@@ -207,7 +328,7 @@ fn check_text(rel: &RelPath, content: &[u8]) -> Result<(), ToolError> {
     if content_inspector::inspect(head).is_binary() {
         return Err(ToolError::Binary {
             path: rel.to_string(),
-            detail: format!("{} bytes, contains NUL or non-text bytes", content.len()),
+            detail: "it contains NUL or other non-text bytes".to_string(),
         });
     }
     Ok(())
@@ -242,7 +363,39 @@ mod tests {
         assert!(w.last > 0 && w.last < 100);
     }
 
+    #[test]
+    fn a_long_crlf_line_counts_what_was_cut_without_the_line_ending() {
+        let content = format!("{}\r\nnext\r\n", "é".repeat(3000));
+        let w = read_window(content.as_bytes(), 1, 10, 1_000_000);
+        assert!(
+            w.text.contains("[line cut: 1000 more characters]"),
+            "{}",
+            &w.text[w.text.len() - 80..]
+        );
+        assert!(w.text.ends_with("     2|next\n"));
+        assert!(!w.lossy);
+    }
+
     proptest! {
+        #[test]
+        fn chunked_reading_equals_reading_whole(
+            content in "(\\PC{0,30}(\r?\n)?){0,40}",
+            cuts in proptest::collection::vec(0usize..2000, 0..12),
+            offset in 1usize..20, limit in 1usize..30, max_bytes in 1usize..3000,
+        ) {
+            let bytes = content.as_bytes();
+            let mut points: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            points.sort_unstable();
+            let mut w = Windower::new(offset, limit, max_bytes);
+            let mut at = 0;
+            for p in points {
+                w.push(&bytes[at..p]);
+                at = p;
+            }
+            w.push(&bytes[at..]);
+            prop_assert_eq!(w.finish(), read_window(bytes, offset, limit, max_bytes));
+        }
+
         #[test]
         fn every_line_comes_back_exactly(lines in proptest::collection::vec("[^\n\r\u{feff}]{0,80}", 0..200), final_newline: bool) {
             let mut content = lines.join("\n");
