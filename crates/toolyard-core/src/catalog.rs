@@ -127,7 +127,7 @@ struct CatalogFile {
 }
 
 impl CatalogFile {
-    /// The non-core sections that are present, by name (names as in [`SECTIONS`]).
+    /// The non-core sections that are present, by name.
     fn take_sections(&mut self) -> Vec<(&'static str, toml::Value)> {
         [
             ("policy", self.policy.take()),
@@ -162,11 +162,6 @@ struct ToolEntry {
 struct ProfileEntry {
     tools: Vec<String>,
 }
-
-/// Top-level sections that other parts of Toolyard read (see [`Catalog::section`]).
-pub const SECTIONS: &[&str] = &[
-    "policy", "sandbox", "lanes", "exec", "hooks", "journal", "web", "oracle", "project",
-];
 
 /// The merged catalog: tools, profiles and the other sections.
 #[derive(Debug, Clone)]
@@ -350,22 +345,6 @@ impl Catalog {
                 self.profile_names().join(", ")
             )
         })
-    }
-
-    /// Check that every tool of the catalog is one Toolyard has.
-    pub fn check_known(&self, known: &[&str]) -> Result<(), CatalogError> {
-        for name in self.tools.keys() {
-            if !known.contains(&name.as_str()) {
-                return Err(CatalogError::Invalid {
-                    origin: self.origin.clone(),
-                    message: format!(
-                        "[tools.{name}] names a tool Toolyard does not have; known tools: {}",
-                        known.join(", ")
-                    ),
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Deserialize the top-level section `name` (default when absent), e.g. `[policy]`.

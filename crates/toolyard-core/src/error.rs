@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 /// A failed tool call. It becomes a [`crate::ToolResult`] the model reads, never a crash.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+/// It serializes, so a runner process can hand it to the server as it is.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ToolError {
     /// The file or directory does not exist.
     #[error("file not found: {0}")]

@@ -42,8 +42,7 @@ pub mod shape;
 mod tool;
 
 pub use catalog::{
-    ALL_PROFILE, Catalog, CatalogError, DEFAULT_CATALOG, DEFAULT_MAX_OUTPUT_BYTES, Lane, SECTIONS,
-    ToolSpec,
+    ALL_PROFILE, Catalog, CatalogError, DEFAULT_CATALOG, DEFAULT_MAX_OUTPUT_BYTES, Lane, ToolSpec,
 };
 pub use error::ToolError;
 pub use registry::{Registry, RegistryError, unknown_tool};

@@ -60,11 +60,6 @@ impl Registry {
         self.tools.is_empty()
     }
 
-    /// Keep only the tools `keep` accepts.
-    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
-        self.tools.retain(|name, _| keep(name));
-    }
-
     /// The definitions of all tools, sorted by name.
     pub fn definitions(&self) -> Vec<ToolDefinition> {
         self.tools

@@ -3,7 +3,7 @@
 //! Router → runner (the runner's stdin):
 //! - `{"type":"job","id":"7","session":"s","call_id":"c7","dialect":"loopr","tool":"grep","args":{..},"timeout_ms":60000,"max_timeout_ms":600000,"max_output_bytes":100000}`
 //! - `{"type":"cancel","id":"7"}`
-//! - `{"type":"reply","rid":3,"result":{"ok":..}}` or `{"type":"reply","rid":3,"result":{"err":"message","kind":"stale_read"}}`
+//! - `{"type":"reply","rid":3,"result":{"ok":7}}` or `{"type":"reply","rid":3,"result":{"err":{"StaleRead":{"path":"src/a.rs"}}}}`
 //!
 //! Runner → router (the runner's stdout):
 //! - `{"type":"ready","lane":"no-net","pid":4242,"sandbox":"..."}` once, after the sandbox is on
@@ -154,13 +154,8 @@ pub enum RecordOp {
 pub enum Reply {
     /// Done; for `JournalBegin`, the change id.
     Ok(Option<i64>),
-    /// Refused or failed.
-    Err {
-        /// The error's kind (`ToolError::kind`).
-        kind: String,
-        /// Its message.
-        message: String,
-    },
+    /// Refused or failed, with the error the runner's tool passes on to the model.
+    Err(ToolError),
 }
 
 impl Reply {
@@ -168,32 +163,15 @@ impl Reply {
     pub fn from_result(r: Result<Option<i64>, ToolError>) -> Self {
         match r {
             Ok(v) => Reply::Ok(v),
-            Err(e) => Reply::Err {
-                kind: e.kind().to_string(),
-                message: e.to_string(),
-            },
+            Err(e) => Reply::Err(e),
         }
     }
 
-    /// Back to a result on the runner's side, keeping the error kinds a model acts on.
+    /// Back to a result on the runner's side.
     pub fn into_result(self) -> Result<Option<i64>, ToolError> {
         match self {
             Reply::Ok(v) => Ok(v),
-            Reply::Err { kind, message } => Err(match kind.as_str() {
-                "not_read" => ToolError::NotRead {
-                    path: strip_suffix(&message, " has not been read"),
-                },
-                "stale_read" => ToolError::StaleRead {
-                    path: strip_suffix(&message, " changed on disk"),
-                },
-                "path_outside_workspace" => ToolError::outside(message, "refused by the server"),
-                "file_not_found" => ToolError::FileNotFound(message.into()),
-                _ => ToolError::Io(message),
-            }),
+            Reply::Err(e) => Err(e),
         }
     }
-}
-
-fn strip_suffix(message: &str, marker: &str) -> String {
-    message.split(marker).next().unwrap_or(message).to_string()
 }
