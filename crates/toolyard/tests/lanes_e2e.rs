@@ -256,13 +256,12 @@ async fn cancelling_a_call_kills_its_process_tree() {
     unsafe { std::env::set_var("TOOLYARD_STATE_DIR", &e.state) };
     let d = std::sync::Arc::new(lanes_dispatcher(&e.ws));
     let marker = "1441.75";
-    let mut req = CallRequest::new(
+    let req = CallRequest::new(
         "s",
         "run_command_isolated",
         json!({"command": format!("setsid sleep {marker} & sleep {marker}")}),
     );
     let cancel = req.cancel.clone();
-    req.cancel = cancel.clone();
     let call = {
         let d = d.clone();
         tokio::spawn(async move { d.call(req).await })
