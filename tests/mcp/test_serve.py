@@ -59,6 +59,8 @@ async def test_read_file_returns_numbered_text_and_structured_content(transport,
     assert "2|world" in text_of(result)
     assert result.structured_content["success"] is True
     assert result.structured_content["data"]["path"] == "hello.txt"
+    # Clients that show the model structuredContent instead of the text must see the same text.
+    assert result.structured_content["output"] == text_of(result)
 
 
 @both

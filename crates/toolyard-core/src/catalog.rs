@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 /// The built-in catalog, seed 000's table.
 pub const DEFAULT_CATALOG: &str = include_str!("default_catalog.toml");
 
-/// The output limit of a tool whose catalog entry names none.
-pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 100_000;
+/// The output limit of a tool whose catalog entry names none: a whole result (as MCP clients
+/// count it, JSON-escaped in `structuredContent`) stays well under Claude Code's ~50,000
+/// characters, past which it shows the model only a 2 KB preview.
+pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 30_000;
 
 /// The profile that holds every tool of the catalog.
 pub const ALL_PROFILE: &str = "all";
@@ -389,10 +391,14 @@ mod tests {
         let read = c.tool("read_file").unwrap();
         assert_eq!(read.lane, Lane::NoNet);
         assert_eq!(read.timeout_ms, 10_000);
-        assert_eq!(read.max_output_bytes, 100_000);
         assert_eq!(c.tool("run_command").unwrap().lane, Lane::Net);
         assert_eq!(c.tool("build").unwrap().lane, Lane::Heavy);
-        assert_eq!(c.tool("build").unwrap().max_output_bytes, 1_000_000);
+        // No default lets a result outgrow what MCP clients pass the model whole.
+        assert_eq!(read.max_output_bytes, 30_000);
+        for (name, spec) in c.tools() {
+            let limit = spec.max_output_bytes;
+            assert!(limit <= DEFAULT_MAX_OUTPUT_BYTES, "{name}: {limit}");
+        }
         assert_eq!(c.profile("plan").unwrap().len(), 6);
         assert!(
             !c.profile("plan")

@@ -34,21 +34,60 @@ pub struct ToolDefinition {
     pub description: String,
     /// JSON Schema of the arguments.
     pub input_schema: Value,
-    /// JSON Schema of the structured result, if any.
+    /// JSON Schema of the structured result (MCP's `structuredContent`): the
+    /// [`result_envelope_schema`], or the tool's own data schema when its result is its data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
+    /// Whether the structured result is the tool's `data` itself (see `Tool::result_is_data`)
+    /// rather than the envelope around the text.
+    #[serde(default)]
+    pub result_is_data: bool,
     /// Behaviour hints.
     pub annotations: Annotations,
+}
+
+/// The schema of the structured form of every result that is not its own data: the text for the
+/// model (`output`, the same text as the content block) beside what programs read.
+pub fn result_envelope_schema(data: Option<Value>) -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "output": {
+                "type": "string",
+                "description": "The result for the model, exactly as the text content shows it"
+            },
+            "success": {"type": "boolean"},
+            "files_changed": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Workspace-relative paths this call changed"
+            },
+            "data": data.unwrap_or_else(|| json!({
+                "type": "object",
+                "description": "Metadata (counts, flags, exit status); never a copy of output"
+            })),
+            "error": {"type": "string"},
+            "error_kind": {"type": "string"}
+        },
+        "required": ["output", "success", "files_changed"]
+    })
 }
 
 impl ToolDefinition {
     /// The definition of `tool`, with `description` overriding the tool's own when given.
     pub fn of(tool: &dyn Tool, description: Option<&str>) -> Self {
+        let result_is_data = tool.result_is_data() && tool.output_schema().is_some();
+        let output_schema = if result_is_data {
+            tool.output_schema()
+        } else {
+            Some(result_envelope_schema(tool.output_schema()))
+        };
         Self {
             name: tool.name().to_string(),
             description: description.unwrap_or(tool.description()).to_string(),
             input_schema: tool.input_schema(),
-            output_schema: tool.output_schema(),
+            output_schema,
+            result_is_data,
             annotations: tool.annotations(),
         }
     }

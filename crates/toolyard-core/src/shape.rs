@@ -6,6 +6,11 @@
 
 use std::collections::VecDeque;
 
+/// Bytes of shown output per shown line: a limit of `n` bytes also keeps at most `n / 30`
+/// lines, so the default 30,000 bytes show at most 1,000 lines (OpenCode passes the model only
+/// the first 2,000 lines of a result; head and tail must both be inside).
+pub const BYTES_PER_LINE: usize = 30;
+
 /// Text cut to fit a limit, and what was cut.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shaped {
@@ -33,27 +38,39 @@ pub fn head_tail(text: &str, limit: usize, hint: Option<&str>) -> Shaped {
     buf.finish(hint)
 }
 
-/// A bounded buffer that keeps the first and last `limit / 2` bytes of a stream and counts the
-/// rest, so a command printing gigabytes costs a fixed amount of memory.
+/// A bounded buffer that keeps the first and last `limit / 2` bytes of a stream (and at most
+/// `limit / BYTES_PER_LINE / 2` lines of each) and counts the rest, so a command printing
+/// gigabytes costs a fixed amount of memory.
 #[derive(Debug, Clone)]
 pub struct HeadTail {
     head: Vec<u8>,
     tail: VecDeque<u8>,
     head_cap: usize,
     tail_cap: usize,
+    head_lines_cap: u64,
+    tail_lines_cap: u64,
+    head_newlines: u64,
+    tail_newlines: u64,
+    head_full: bool,
     total: u64,
     total_newlines: u64,
 }
 
 impl HeadTail {
-    /// A buffer that will show at most about `limit` bytes.
+    /// A buffer that will show at most about `limit` bytes and `limit / BYTES_PER_LINE` lines.
     pub fn new(limit: usize) -> Self {
         let head_cap = limit / 2;
+        let lines = (limit / BYTES_PER_LINE).max(2) as u64;
         Self {
             head: Vec::new(),
             tail: VecDeque::new(),
             head_cap,
             tail_cap: limit - head_cap,
+            head_lines_cap: lines / 2,
+            tail_lines_cap: lines - lines / 2,
+            head_newlines: 0,
+            tail_newlines: 0,
+            head_full: false,
             total: 0,
             total_newlines: 0,
         }
@@ -68,20 +85,45 @@ impl HeadTail {
     pub fn push(&mut self, mut chunk: &[u8]) {
         self.total += chunk.len() as u64;
         self.total_newlines += memchr_count(chunk);
-        let room = self.head_cap.saturating_sub(self.head.len());
-        let take = room.min(chunk.len());
-        self.head.extend_from_slice(&chunk[..take]);
-        chunk = &chunk[take..];
+        if !self.head_full {
+            let room = self.head_cap.saturating_sub(self.head.len());
+            let mut take = room.min(chunk.len());
+            // The head also ends after its last allowed line.
+            let lines_left = self.head_lines_cap - self.head_newlines;
+            if let Some(end) = nth_newline_end(&chunk[..take], lines_left) {
+                take = end;
+                self.head_full = true;
+            }
+            self.head.extend_from_slice(&chunk[..take]);
+            self.head_newlines += memchr_count(&chunk[..take]);
+            if self.head.len() >= self.head_cap {
+                self.head_full = true;
+            }
+            chunk = &chunk[take..];
+        }
         if chunk.is_empty() {
             return;
         }
         if chunk.len() >= self.tail_cap {
             chunk = &chunk[chunk.len() - self.tail_cap..];
             self.tail.clear();
+            self.tail_newlines = 0;
         }
         let overflow = (self.tail.len() + chunk.len()).saturating_sub(self.tail_cap);
-        self.tail.drain(..overflow);
+        let dropped = self.tail.drain(..overflow).filter(|&b| b == b'\n').count() as u64;
+        self.tail_newlines -= dropped;
         self.tail.extend(chunk);
+        self.tail_newlines += memchr_count(chunk);
+        // Keep only the last lines: drop whole lines from the front while there are too many.
+        while self.tail_newlines > self.tail_lines_cap {
+            match self.tail.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    self.tail.drain(..=i);
+                    self.tail_newlines -= 1;
+                }
+                None => break,
+            }
+        }
     }
 
     /// The shaped text (lossy UTF-8) and what was cut; `hint` ends the marker.
@@ -139,6 +181,19 @@ impl HeadTail {
     }
 }
 
+/// The end (one past) of the `n`-th newline of `bytes`, if it has `n` (or, for `n == 0`, 0).
+fn nth_newline_end(bytes: &[u8], n: u64) -> Option<usize> {
+    if n == 0 {
+        return Some(0);
+    }
+    bytes
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == b'\n')
+        .nth(n as usize - 1)
+        .map(|(i, _)| i + 1)
+}
+
 fn memchr_count(bytes: &[u8]) -> u64 {
     bytes.iter().filter(|&&b| b == b'\n').count() as u64
 }
@@ -167,7 +222,29 @@ mod tests {
         assert!(s.cut_lines > 900);
     }
 
+    #[test]
+    fn many_short_lines_are_cut_by_lines_keeping_first_and_last() {
+        let text: String = (1..=100_000).map(|i| format!("{i}\n")).collect();
+        let s = head_tail(&text, 30_000, None);
+        assert!(s.text.starts_with("1\n2\n"));
+        assert!(s.text.ends_with("\n99999\n100000\n"));
+        let lines = s.text.lines().count();
+        assert!(
+            lines <= 1_001,
+            "{lines} lines shown for a 30,000-byte limit"
+        );
+        assert!(s.text.contains("cut from the middle"));
+    }
+
     proptest! {
+        #[test]
+        fn shown_lines_stay_within_the_line_cap(n in 0usize..5000, limit in 60usize..3000) {
+            let text: String = (0..n).map(|i| format!("{i}\n")).collect();
+            let s = head_tail(&text, limit, None);
+            // The lines kept plus one marker line.
+            prop_assert!(s.text.lines().count() as u64 <= (limit / BYTES_PER_LINE) as u64 + 1);
+        }
+
         #[test]
         fn streaming_equals_one_push(chunks in proptest::collection::vec("[a-z\n]{0,50}", 0..40), limit in 1usize..300) {
             let whole: String = chunks.concat();

@@ -122,7 +122,7 @@ impl ToolContext {
             progress: Arc::new(|_| {}),
             timeout: Duration::from_secs(60),
             max_timeout: Duration::from_secs(600),
-            max_output_bytes: 100_000,
+            max_output_bytes: crate::DEFAULT_MAX_OUTPUT_BYTES as usize,
         }
     }
 
@@ -160,6 +160,11 @@ pub trait Tool: Send + Sync {
     fn output_schema(&self) -> Option<Value> {
         None
     }
+    /// Whether the result *is* its `data`: the text for the model is that JSON (seed 003's
+    /// tools), so a structured view carries `data` alone instead of the text beside it.
+    fn result_is_data(&self) -> bool {
+        false
+    }
     /// Behaviour hints.
     fn annotations(&self) -> Annotations;
     /// Run the call. An `Err` is a result the model reads, not a crash.
@@ -181,6 +186,10 @@ pub trait TypedTool: Send + Sync + 'static {
     fn output_schema(&self) -> Option<Value> {
         None
     }
+    /// Whether the result is its `data` (see [`Tool::result_is_data`]).
+    fn result_is_data(&self) -> bool {
+        false
+    }
     /// Run the call with parsed arguments.
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
 }
@@ -201,6 +210,9 @@ impl<T: TypedTool> Tool for Typed<T> {
     }
     fn output_schema(&self) -> Option<Value> {
         self.0.output_schema()
+    }
+    fn result_is_data(&self) -> bool {
+        self.0.result_is_data()
     }
     fn annotations(&self) -> Annotations {
         self.0.annotations()

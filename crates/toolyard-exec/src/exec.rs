@@ -94,7 +94,7 @@ impl ExecRequest {
             command: command.into(),
             cwd: cwd.into(),
             timeout: Duration::from_secs(60),
-            max_output_bytes: 100_000,
+            max_output_bytes: toolyard_core::DEFAULT_MAX_OUTPUT_BYTES as usize,
             env: EnvPolicy::default(),
             spill_dir: None,
             call_id: "call".into(),

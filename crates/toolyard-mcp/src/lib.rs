@@ -9,10 +9,13 @@
 //!
 //! - **Sessions**: each MCP connection is its own read-tracking session (a fresh uuid per stdio
 //!   connection and per HTTP session), so a read in one client never licenses an edit in another.
-//! - **Results**: the model-facing text is one text content block; `structuredContent` is the
-//!   tool's `data` when the tool declares an output schema (so it validates against it), and the
-//!   ToolResult's JSON form without `output` otherwise. A tool failure is a result with
-//!   `isError: true`, never a JSON-RPC error.
+//! - **Results**: one result, the same in every client. The model-facing text is one text
+//!   content block, and `structuredContent` carries that same text as `output` beside the
+//!   metadata (`{output, success, files_changed, data, error, error_kind}`), because Claude Code
+//!   and Codex show the model `structuredContent` *instead of* the text when it is present, while
+//!   Gemini CLI and OpenCode show the text. A tool whose result *is* JSON (the `loom` dialect's)
+//!   has that JSON as `structuredContent` and as the text. Every tool's `outputSchema` says
+//!   which. A tool failure is a result with `isError: true`, never a JSON-RPC error.
 //! - **Progress and cancellation**: with a `progressToken`, the dispatcher's progress reports
 //!   become `notifications/progress`; `notifications/cancelled` cancels the call's token, which
 //!   kills the command's process tree in its runner.
@@ -77,8 +80,8 @@ struct Shared {
     dispatcher: Arc<Dispatcher>,
     /// `tools/list`, in the dispatcher's (sorted) order; built once so it is deterministic and cheap.
     tools: Arc<Vec<Tool>>,
-    /// Tools that declare an output schema: their `structuredContent` is their `data`.
-    with_output_schema: HashSet<String>,
+    /// Tools whose result is their data: their `structuredContent` is `data` itself.
+    result_is_data: HashSet<String>,
     /// Whether this server is reached over HTTP (sessions are then keyed by the HTTP session).
     http: bool,
     /// Serve the conformance suite's fixtures too (only with the `conformance` feature).
@@ -89,16 +92,16 @@ struct Shared {
 impl Shared {
     fn new(dispatcher: Arc<Dispatcher>, http: bool) -> Self {
         let defs = dispatcher.definitions();
-        let with_output_schema = defs
+        let result_is_data = defs
             .iter()
-            .filter(|d| d.output_schema.is_some())
+            .filter(|d| d.result_is_data)
             .map(|d| d.name.clone())
             .collect();
         let tools = defs.iter().filter_map(mcp_tool).collect();
         Self {
             dispatcher,
             tools: Arc::new(tools),
-            with_output_schema,
+            result_is_data,
             http,
             fixtures: fixtures_enabled(),
         }
@@ -237,7 +240,7 @@ impl ToolyardServer {
         let result = result.unwrap_or_else(|e| {
             ToolResult::failure("internal", format!("the call of `{tool}` failed: {e}"))
         });
-        to_call_result(result, self.shared.with_output_schema.contains(&tool))
+        to_call_result(result, self.shared.result_is_data.contains(&tool))
     }
 }
 
@@ -251,27 +254,23 @@ async fn send_progress(ctx: &RequestContext<RoleServer>, token: &ProgressToken, 
 }
 
 /// The MCP form of a ToolResult (see the crate docs for the `structuredContent` rule).
-pub fn to_call_result(result: ToolResult, has_output_schema: bool) -> CallToolResult {
+pub fn to_call_result(result: ToolResult, result_is_data: bool) -> CallToolResult {
     let mut out = CallToolResult::success(vec![ContentBlock::text(result.output.clone())]);
     out.is_error = Some(!result.success);
-    out.structured_content = if has_output_schema {
-        // The declared schema describes `data`; an error result carries none, and a client
-        // validates structured content only on success.
-        match (result.success, result.data) {
-            (true, Some(data)) => Some(data),
-            (true, None) => Some(Value::Object(Map::new())),
-            (false, _) => None,
-        }
+    out.structured_content = if result_is_data {
+        // The text is this JSON already. A failure has no data: its text is the whole story,
+        // and clients fall back to the text when structured content is absent.
+        result.data.filter(|_| result.success)
     } else {
         Some(envelope(result))
     };
     out
 }
 
-/// The ToolResult's JSON form without `output`, which the text block already carries (sending
-/// it twice would double every read's size on the wire).
+/// The ToolResult's JSON form: `output` (the model's text) beside the metadata programs read.
 fn envelope(result: ToolResult) -> Value {
     let mut map = Map::new();
+    map.insert("output".into(), Value::String(result.output));
     map.insert("success".into(), Value::Bool(result.success));
     if let Some(data) = result.data {
         map.insert("data".into(), data);
@@ -568,31 +567,39 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn structured_content_is_data_when_the_tool_declares_an_output_schema() {
-        let r = ToolResult::ok("text").with_data(json!({"n": 1}));
-        let out = to_call_result(r, true);
-        assert_eq!(out.structured_content, Some(json!({"n": 1})));
+    fn structured_content_carries_the_text_beside_the_data() {
+        let r = ToolResult::ok("     1|hello")
+            .with_data(json!({"n": 1}))
+            .with_files_changed(vec!["a.txt".into()]);
+        let out = to_call_result(r, false);
+        assert_eq!(
+            out.structured_content,
+            Some(
+                json!({"output": "     1|hello", "success": true, "data": {"n": 1}, "files_changed": ["a.txt"]})
+            )
+        );
         assert_eq!(out.is_error, Some(false));
     }
 
     #[test]
-    fn structured_content_is_the_envelope_without_output_otherwise() {
-        let r = ToolResult::ok("text").with_files_changed(vec!["a.txt".into()]);
-        let out = to_call_result(r, false);
-        assert_eq!(
-            out.structured_content,
-            Some(json!({"success": true, "files_changed": ["a.txt"]}))
-        );
+    fn structured_content_is_the_data_when_the_result_is_its_data() {
+        let r = ToolResult::ok("{\"contents\": \"x\"}").with_data(json!({"contents": "x"}));
+        let out = to_call_result(r, true);
+        assert_eq!(out.structured_content, Some(json!({"contents": "x"})));
     }
 
     #[test]
-    fn a_failure_is_an_error_result_with_its_message_as_text() {
+    fn a_failure_is_an_error_result_whose_text_reaches_every_client() {
         let r = ToolResult::failure("path_outside_workspace", "nope");
-        let out = to_call_result(r, true);
+        let out = to_call_result(r.clone(), false);
         assert_eq!(out.is_error, Some(true));
-        assert!(out.structured_content.is_none());
         let text = serde_json::to_value(&out.content).unwrap_or_default();
         assert_eq!(text[0]["text"], json!("Error: nope"));
+        let structured = out.structured_content.unwrap_or_default();
+        assert_eq!(structured["output"], json!("Error: nope"));
+        assert_eq!(structured["error_kind"], json!("path_outside_workspace"));
+        // A data-shaped tool's failure has no structured form: clients then show the text.
+        assert!(to_call_result(r, true).structured_content.is_none());
     }
 
     #[test]
@@ -608,5 +615,7 @@ mod tests {
         sorted.sort();
         assert_eq!(names, sorted, "tools/list must be deterministic (sorted)");
         assert!(tools.iter().all(|t| t.annotations.is_some()));
+        // Every result has a declared structured form, so a client knows `output` is in it.
+        assert!(tools.iter().all(|t| t.output_schema.is_some()));
     }
 }

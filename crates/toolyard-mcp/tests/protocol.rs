@@ -118,7 +118,12 @@ async fn read_file_returns_text_and_structured_content() {
             .contains("1|one")
     );
     assert_eq!(result["structuredContent"]["success"], true);
-    assert!(result["structuredContent"].get("output").is_none());
+    // Claude Code and Codex show the model structuredContent instead of the text: it must carry
+    // the same text, the file's numbered lines.
+    assert_eq!(
+        result["structuredContent"]["output"],
+        result["content"][0]["text"]
+    );
 }
 
 #[tokio::test]

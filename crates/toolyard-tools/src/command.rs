@@ -87,6 +87,19 @@ impl CommandEnv {
         cwd: Option<&str>,
         timeout_ms: Option<u64>,
     ) -> Result<ToolResult, ToolError> {
+        let outcome = self.run_outcome(ctx, command, cwd, timeout_ms).await?;
+        Ok(command_result(&outcome))
+    }
+
+    /// [`CommandEnv::run`], returning the command's outcome itself (for dialects that shape
+    /// their own results).
+    pub async fn run_outcome(
+        &self,
+        ctx: &ToolContext,
+        command: &str,
+        cwd: Option<&str>,
+        timeout_ms: Option<u64>,
+    ) -> Result<ExecOutcome, ToolError> {
         if command.trim().is_empty() {
             return Err(ToolError::InvalidArguments(
                 "command is empty; give a shell command to run".into(),
@@ -131,8 +144,7 @@ impl CommandEnv {
                 )),
             })
         }));
-        let outcome = toolyard_exec::run(req).await?;
-        Ok(command_result(&outcome))
+        toolyard_exec::run(req).await
     }
 
     /// The command `tool` (build / test / validate) runs when the call names none.
@@ -176,14 +188,15 @@ fn detect(root: &Path, tool: &str) -> Option<String> {
     }
 }
 
-/// The ToolResult of a finished command: seed 003's fields in `data`, the text for the model in
-/// `output`; a non-zero exit, a signal or a timeout is a failure.
+/// The ToolResult of a finished command: the text for the model (status, head and tail of each
+/// stream) in `output`, the outcome's metadata in `data` (not the streams again: a client shows
+/// the model both); a non-zero exit, a signal or a timeout is a failure.
 pub fn command_result(o: &ExecOutcome) -> ToolResult {
     let data = json!({
         "exit_code": o.exit_code,
         "signal": o.signal,
-        "stdout": o.stdout,
-        "stderr": o.stderr,
+        "stdout_bytes": o.stdout_bytes,
+        "stderr_bytes": o.stderr_bytes,
         "timed_out": o.timed_out,
         "cancelled": o.cancelled,
         "truncated": o.truncated,

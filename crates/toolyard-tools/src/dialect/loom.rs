@@ -14,13 +14,9 @@ use crate::ToolEnv;
 use crate::command::CommandEnv;
 use crate::files::{apply_edit, commit_write, expect_for_write, read_tracked};
 
-/// Seed 003's default read cap (1 MB).
-const DEFAULT_MAX_BYTES: u64 = 1024 * 1024;
 /// Seed 003's bash timeouts, in seconds.
 const BASH_DEFAULT_SECS: u64 = 60;
 const BASH_MAX_SECS: u64 = 300;
-/// Seed 003's output cap per stream.
-const BASH_MAX_OUTPUT: usize = 256 * 1024;
 
 /// A result whose text for the model is its JSON (the seed's tools return JSON values).
 fn json_result(value: Value) -> ToolResult {
@@ -34,7 +30,8 @@ fn json_result(value: Value) -> ToolResult {
 pub struct LoomReadArgs {
     /// Path to file (absolute or relative to workspace).
     pub path: String,
-    /// Maximum bytes to read (default: 1MB).
+    /// Maximum bytes to read (default: the catalog's output limit, 30000; seed 003's 1MB
+    /// would not reach the model whole in MCP clients).
     #[schemars(range(min = 1))]
     pub max_bytes: Option<u64>,
 }
@@ -54,11 +51,16 @@ impl TypedTool for LoomReadFile {
 
     fn description(&self) -> &str {
         "Read file contents from the workspace. Returns {path, contents, truncated}; contents \
-         are cut at max_bytes (default 1MB). A file must be read before edit_file changes it."
+         are cut at max_bytes (default 30000; pass a larger max_bytes to read more). A file \
+         must be read before edit_file changes it."
     }
 
     fn annotations(&self) -> Annotations {
         Annotations::READ_ONLY
+    }
+
+    fn result_is_data(&self) -> bool {
+        true
     }
 
     fn output_schema(&self) -> Option<Value> {
@@ -76,7 +78,7 @@ impl TypedTool for LoomReadFile {
     async fn run(&self, args: LoomReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let (rel, content) = read_tracked(&self.env, ctx, &args.path).await?;
         let ws = &self.env.workspace;
-        let max = args.max_bytes.unwrap_or(DEFAULT_MAX_BYTES) as usize;
+        let max = args.max_bytes.unwrap_or(ctx.max_output_bytes as u64) as usize;
         let truncated = content.len() > max;
         let mut end = content.len().min(max);
         // Do not split a UTF-8 sequence at the cut.
@@ -138,6 +140,10 @@ impl TypedTool for LoomEditFile {
 
     fn annotations(&self) -> Annotations {
         Annotations::MUTATING
+    }
+
+    fn result_is_data(&self) -> bool {
+        true
     }
 
     fn output_schema(&self) -> Option<Value> {
@@ -223,11 +229,16 @@ impl TypedTool for Bash {
     fn description(&self) -> &str {
         "Execute a shell command in the workspace (sh -c). Returns {exit_code, stdout, stderr, \
          timed_out, truncated}; timeout in seconds (default 60, max 300) kills the whole \
-         process tree; each stream keeps its head and tail up to 256KB."
+         process tree; long output keeps its head and tail (30000 bytes in all by default) and \
+         the full output is saved to a file named in stderr."
     }
 
     fn annotations(&self) -> Annotations {
         Annotations::COMMAND
+    }
+
+    fn result_is_data(&self) -> bool {
+        true
     }
 
     fn output_schema(&self) -> Option<Value> {
@@ -250,22 +261,28 @@ impl TypedTool for Bash {
             .unwrap_or(BASH_DEFAULT_SECS)
             .clamp(1, BASH_MAX_SECS);
         let mut ctx = ctx.clone();
-        ctx.max_output_bytes = ctx.max_output_bytes.max(BASH_MAX_OUTPUT * 2);
         ctx.max_timeout = ctx
             .max_timeout
             .max(std::time::Duration::from_secs(BASH_MAX_SECS));
-        let result = self
+        let o = self
             .commands
-            .run(&ctx, &args.command, args.cwd.as_deref(), Some(secs * 1000))
+            .run_outcome(&ctx, &args.command, args.cwd.as_deref(), Some(secs * 1000))
             .await?;
-        // Seed 003 reports the command's outcome as data, not as a tool error.
-        let data = result.data.unwrap_or(Value::Null);
+        // Seed 003 reports the command's outcome as data, not as a tool error. The file with the
+        // whole output is named where a model reading stderr will see it.
+        let mut stderr = o.stderr.clone();
+        if let Some(full) = &o.full_output {
+            stderr.push_str(&format!(
+                "\n[output truncated; full output in {}]",
+                full.display()
+            ));
+        }
         let value = json!({
-            "exit_code": data["exit_code"],
-            "stdout": data["stdout"],
-            "stderr": data["stderr"],
-            "timed_out": data["timed_out"],
-            "truncated": data["truncated"],
+            "exit_code": o.exit_code,
+            "stdout": o.stdout,
+            "stderr": stderr,
+            "timed_out": o.timed_out,
+            "truncated": o.truncated,
         });
         Ok(json_result(value))
     }

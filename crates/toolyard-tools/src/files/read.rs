@@ -12,8 +12,9 @@ use toolyard_workspace::RelPath;
 
 use crate::ToolEnv;
 
-/// Lines shown when the call gives no limit (seed 000).
-pub const DEFAULT_LIMIT: usize = 2000;
+/// Lines shown when the call gives no limit (seed 000 says 2000; OpenCode passes the model only
+/// the first 2,000 lines of a result, so the footer that says how to go on would be lost).
+pub const DEFAULT_LIMIT: usize = 1000;
 /// Characters of one line shown before it is cut (seed 000).
 pub const MAX_LINE_CHARS: usize = 2000;
 
@@ -26,7 +27,7 @@ pub struct ReadFileArgs {
     /// First line to show, 1-indexed (default 1).
     #[schemars(range(min = 1))]
     pub offset: Option<usize>,
-    /// Most lines to show (default 2000).
+    /// Most lines to show (default 1000).
     #[schemars(range(min = 1))]
     pub limit: Option<usize>,
 }
@@ -229,7 +230,7 @@ impl TypedTool for ReadFile {
     }
 
     fn description(&self) -> &str {
-        "Read a text file with line numbers (`     N|line`). Shows up to 2000 lines from `offset` \
+        "Read a text file with line numbers (`     N|line`). Shows up to 1000 lines from `offset` \
          (1-indexed); long lines and large outputs are cut with a note saying how to read on. \
          A file must be read before write_file or edit_file may change it."
     }
