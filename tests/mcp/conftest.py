@@ -59,9 +59,9 @@ def server_env(state_dir: Path) -> dict[str, str]:
 class HttpServer:
     """`toolyard serve --http 127.0.0.1:0`, its chosen port read from stderr."""
 
-    def __init__(self, workspace: Path, state_dir: Path, extra: list[str]):
+    def __init__(self, workspace: Path, state_dir: Path, extra: list[str], addr: str = "127.0.0.1:0"):
         self.proc = subprocess.Popen(
-            [toolyard_bin(), "serve", "--workspace", str(workspace), "--http", "127.0.0.1:0", *extra],
+            [toolyard_bin(), "serve", "--workspace", str(workspace), "--http", addr, *extra],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -52,6 +52,9 @@ use toolyard_runner::{CallRequest, Dispatcher};
 
 #[cfg(feature = "conformance")]
 mod fixtures;
+mod gate;
+
+pub use gate::{ClientSession, Gate, SESSION_COOKIE};
 
 /// The protocol versions this server speaks, oldest first (every one rmcp knows).
 pub const PROTOCOL_VERSIONS: &[ProtocolVersion] = ProtocolVersion::KNOWN_VERSIONS;
@@ -73,6 +76,13 @@ pub enum ServeError {
     /// The server task ended by panicking.
     #[error("the MCP server task failed: {0}")]
     Task(String),
+    /// A non-loopback address without a token.
+    #[error(
+        "refusing to serve {0} without authentication: anyone who can reach it could run commands. \
+         Set a bearer token with TOOLYARD_HTTP_TOKEN_FILE=PATH (or TOOLYARD_HTTP_TOKEN), or serve \
+         on 127.0.0.1"
+    )]
+    Unprotected(String),
 }
 
 /// What every connection of one server shares: the dispatcher and the tool list, built once.
@@ -167,28 +177,26 @@ impl ToolyardServer {
         &self.session
     }
 
-    /// The session a call belongs to. Over stdio and legacy HTTP sessions it is this connection's
-    /// own id. A 2026-07-28 HTTP request has no session at all (every request gets a fresh
-    /// handler), so its reads are tracked per client name instead: without that, a read could
-    /// never license the edit that follows it.
+    /// The session a call belongs to: over stdio this connection's own id; over HTTP the
+    /// `Mcp-Session-Id` of a legacy (initialize-era) session, else the client's session cookie
+    /// (protocol 2026-07-28 has no sessions, and keying by the client's name let two clients
+    /// share reads and undo history).
     fn session_for(&self, ctx: &RequestContext<RoleServer>) -> String {
         if !self.shared.http {
             return self.session.clone();
         }
-        let header = ctx
-            .extensions
-            .get::<axum::http::request::Parts>()
+        let parts = ctx.extensions.get::<axum::http::request::Parts>();
+        let header = parts
             .and_then(|p| p.headers.get("mcp-session-id"))
             .and_then(|v| v.to_str().ok());
         if let Some(id) = header {
             return format!("mcp-http-{id}");
         }
-        // No session header: a stateless (2026-07-28) request.
-        let client = ctx
-            .client_info()
-            .map(|c| c.name)
-            .unwrap_or_else(|| "anonymous".into());
-        format!("mcp-http-stateless-{client}")
+        match parts.and_then(|p| p.extensions.get::<ClientSession>()) {
+            Some(ClientSession(id)) => format!("mcp-http-client-{id}"),
+            // Not through the gate (an embedder's own router): this request stands alone.
+            None => format!("mcp-http-request-{}", uuid::Uuid::new_v4().simple()),
+        }
     }
 
     async fn call_dispatcher(
@@ -477,8 +485,19 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    /// Bind `addr` (port 0 picks a free port) and prepare the MCP endpoint at `/mcp`.
+    /// Bind `addr` (port 0 picks a free port) and prepare the MCP endpoint at `/mcp`, with no
+    /// token: only a loopback address is accepted.
     pub async fn bind(dispatcher: Arc<Dispatcher>, addr: &str) -> Result<Self, ServeError> {
+        Self::bind_with(dispatcher, addr, Gate::default()).await
+    }
+
+    /// [`HttpServer::bind`] behind `gate`. An address that is not loopback is refused unless
+    /// the gate requires a token: anyone who can reach the port could otherwise run commands.
+    pub async fn bind_with(
+        dispatcher: Arc<Dispatcher>,
+        addr: &str,
+        gate: Gate,
+    ) -> Result<Self, ServeError> {
         use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
         use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
@@ -488,31 +507,40 @@ impl HttpServer {
                 context: format!("cannot listen on {addr}"),
                 source,
             })?;
+        let bound = listener.local_addr().map_err(|source| ServeError::Io {
+            context: format!("cannot read the address bound for {addr}"),
+            source,
+        })?;
+        if !bound.ip().is_loopback() && !gate.requires_token() {
+            return Err(ServeError::Unprotected(bound.to_string()));
+        }
         let shutdown = CancellationToken::new();
         let shared = Arc::new(Shared::new(dispatcher, true));
-        // Host validation stays on (loopback names only): it is what stops DNS rebinding from a
-        // web page reaching a server that can run commands.
         let mut config =
             StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
-        if let Ok(local) = listener.local_addr() {
-            let port = local.port();
+        if bound.ip().is_loopback() {
+            // Host validation (loopback names only) is what stops DNS rebinding from a web page
+            // reaching a local server that can run commands.
+            let port = bound.port();
             let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]
                 .iter()
                 .map(|h| h.to_string())
                 .collect();
             hosts.extend(hosts.clone().into_iter().map(|h| format!("{h}:{port}")));
-            if !local.ip().is_loopback() && !local.ip().is_unspecified() {
-                hosts.push(local.ip().to_string());
-                hosts.push(local.to_string());
-            }
             config = config.with_allowed_hosts(hosts);
+        } else {
+            // Reached from other hosts under whatever name they use; the token is the guard (a
+            // rebinding page cannot know it).
+            config = config.disable_allowed_hosts();
         }
         let service = StreamableHttpService::new(
             move || Ok(ToolyardServer::with_shared(shared.clone())),
             Arc::new(LocalSessionManager::default()),
             config,
         );
-        let router = axum::Router::new().nest_service("/mcp", service);
+        let router = axum::Router::new().nest_service("/mcp", service).layer(
+            axum::middleware::from_fn_with_state(Arc::new(gate), gate::admit),
+        );
         Ok(Self {
             listener,
             router,

@@ -40,7 +40,8 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn serve_http(dispatcher: Arc<toolyard_runner::Dispatcher>, addr: &str) -> Result<()> {
-    let server = toolyard_mcp::HttpServer::bind(dispatcher, addr).await?;
+    let gate = toolyard_mcp::Gate::new(http_token()?.as_deref());
+    let server = toolyard_mcp::HttpServer::bind_with(dispatcher, addr, gate).await?;
     let local = server.local_addr()?;
     // stderr, not stdout: scripts and tests read the chosen port from here.
     eprintln!("toolyard: serving MCP on http://{local}/mcp");
@@ -53,6 +54,36 @@ async fn serve_http(dispatcher: Arc<toolyard_runner::Dispatcher>, addr: &str) ->
         .run()
         .await
         .context("the MCP server over HTTP failed")
+}
+
+/// The bearer token HTTP clients must send: the first line of the file named by
+/// `TOOLYARD_HTTP_TOKEN_FILE`, else `TOOLYARD_HTTP_TOKEN`. Never a command-line argument, which
+/// any local user could read in `ps`.
+fn http_token() -> Result<Option<String>> {
+    if let Some(path) = std::env::var_os("TOOLYARD_HTTP_TOKEN_FILE") {
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "cannot read the HTTP token file {} (TOOLYARD_HTTP_TOKEN_FILE)",
+                std::path::Path::new(&path).display()
+            )
+        })?;
+        let token = text.lines().next().unwrap_or("").trim().to_string();
+        anyhow::ensure!(
+            token.len() >= 16,
+            "the HTTP token in {} is shorter than 16 characters; use a long random one, e.g. \
+             `openssl rand -hex 32`",
+            std::path::Path::new(&path).display()
+        );
+        return Ok(Some(token));
+    }
+    match std::env::var("TOOLYARD_HTTP_TOKEN") {
+        Ok(token) if token.trim().len() >= 16 => Ok(Some(token.trim().to_string())),
+        Ok(_) => anyhow::bail!(
+            "TOOLYARD_HTTP_TOKEN is shorter than 16 characters; use a long random one, e.g. \
+             `openssl rand -hex 32`"
+        ),
+        Err(_) => Ok(None),
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -1,0 +1,127 @@
+"""The HTTP front door lets no one in: a token off loopback, and one session per client in every era."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import HttpServer, server_env, text_of, toolyard_bin
+
+TOKEN = "a-test-token-0123456789abcdef"
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+
+
+def post(url: str, body: dict, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", "accept": "application/json, text/event-stream", **(headers or {})},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_a_non_loopback_address_without_a_token_is_refused(workspace: Path, state_dir: Path):
+    env = server_env(state_dir)
+    env.pop("TOOLYARD_HTTP_TOKEN", None)
+    env.pop("TOOLYARD_HTTP_TOKEN_FILE", None)
+    proc = subprocess.run(
+        [toolyard_bin(), "serve", "--workspace", str(workspace), "--http", "0.0.0.0:0"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    assert proc.returncode != 0
+    assert "without authentication" in proc.stderr
+    assert "TOOLYARD_HTTP_TOKEN" in proc.stderr
+
+
+def test_a_short_token_is_refused(workspace: Path, state_dir: Path):
+    env = server_env(state_dir)
+    env["TOOLYARD_HTTP_TOKEN"] = "short"
+    proc = subprocess.run(
+        [toolyard_bin(), "serve", "--workspace", str(workspace), "--http", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    assert proc.returncode != 0
+    assert "shorter than 16" in proc.stderr
+
+
+@pytest.mark.parametrize("source", ["env", "file"])
+def test_with_a_token_requests_need_it(workspace: Path, state_dir: Path, tmp_path: Path, monkeypatch, source):
+    if source == "env":
+        monkeypatch.setenv("TOOLYARD_HTTP_TOKEN", TOKEN)
+    else:
+        token_file = tmp_path / "token"
+        token_file.write_text(TOKEN + "\n")
+        monkeypatch.setenv("TOOLYARD_HTTP_TOKEN_FILE", str(token_file))
+    # 0.0.0.0 is accepted once a token is set; the test reaches it over loopback.
+    server = HttpServer(workspace, state_dir, [], addr="0.0.0.0:0")
+    try:
+        port = server.url.rsplit(":", 1)[1].split("/")[0]
+        url = f"http://127.0.0.1:{port}/mcp"
+        status, body = post(url, INITIALIZE)
+        assert status == 401, body
+        assert "Bearer" in body
+        status, _ = post(url, INITIALIZE, {"authorization": "Bearer wrong-token-0123456789abcdef"})
+        assert status == 401
+        status, _ = post(url, INITIALIZE, {"authorization": f"Bearer {TOKEN}x"})
+        assert status == 401
+        status, body = post(url, INITIALIZE, {"authorization": f"Bearer {TOKEN}"})
+        assert status == 200, body
+        assert "protocolVersion" in body
+    finally:
+        server.stop()
+
+
+@pytest.mark.anyio
+async def test_two_modern_http_clients_never_share_a_session(workspace: Path, state_dir: Path):
+    """2026-07-28 has no sessions: two clients must still keep their own reads and undo history."""
+    from mcp import Client
+
+    (workspace / "a.txt").write_text("alpha\n")
+    server = HttpServer(workspace, state_dir, [])
+    try:
+        async with Client(server.url, mode="2026-07-28") as a, Client(server.url, mode="2026-07-28") as b:
+            assert not (await a.call_tool("read_file", {"path": "a.txt"})).is_error
+            edit = await a.call_tool("edit_file", {"path": "a.txt", "old_string": "alpha", "new_string": "ALPHA"})
+            assert not edit.is_error, text_of(edit)
+            assert (workspace / "a.txt").read_text() == "ALPHA\n"
+
+            # B never read a.txt: its edit is refused.
+            stolen = await b.call_tool("edit_file", {"path": "a.txt", "old_string": "ALPHA", "new_string": "B"})
+            assert stolen.is_error
+            assert "read" in text_of(stolen)
+            # B made no change: its undo does not revert A's.
+            undo = await b.call_tool("undo", {})
+            assert undo.is_error, text_of(undo)
+            assert (workspace / "a.txt").read_text() == "ALPHA\n"
+
+            # A's own undo still works: its session held across requests.
+            mine = await a.call_tool("undo", {})
+            assert not mine.is_error, text_of(mine)
+            assert (workspace / "a.txt").read_text() == "alpha\n"
+    finally:
+        server.stop()
