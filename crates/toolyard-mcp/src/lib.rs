@@ -53,6 +53,7 @@ use toolyard_runner::{CallRequest, Dispatcher};
 #[cfg(feature = "conformance")]
 mod fixtures;
 mod gate;
+mod stdio;
 
 pub use gate::{ClientSession, Gate, SESSION_COOKIE};
 
@@ -460,21 +461,26 @@ impl ServerHandler for ToolyardServer {
 pub async fn serve_stdio(dispatcher: Arc<Dispatcher>) -> Result<(), ServeError> {
     let server = ToolyardServer::new(dispatcher);
     tracing::info!(session = %server.session(), "serving MCP over stdio");
-    let running = match server.serve(rmcp::transport::stdio()).await {
-        Ok(r) => r,
+    let (transport, pumps) = stdio::guarded(tokio::io::stdin(), tokio::io::stdout());
+    let served = match server.serve(transport).await {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| ServeError::Task(e.to_string())),
         // A client that connects and leaves before its first request (a health probe, an
         // editor that changed its mind) is a normal end, not a failure.
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(why)) => {
             tracing::debug!(%why, "client closed the connection before its first request");
-            return Ok(());
+            Ok(())
         }
-        Err(e) => return Err(ServeError::Init(e.to_string())),
+        Err(e) => Err(ServeError::Init(e.to_string())),
     };
-    running
-        .waiting()
-        .await
-        .map_err(|e| ServeError::Task(e.to_string()))?;
-    Ok(())
+    // The last replies (and the guard's own errors) reach stdout before we return.
+    let [reader, writer] = pumps;
+    reader.abort();
+    let _ = writer.await;
+    served
 }
 
 /// A streamable HTTP server bound to its address, not yet serving.
