@@ -459,13 +459,19 @@ impl Workspace {
                 return Err(self.map_err(e, &target));
             }
         };
-        if let Err(e) = self.check_expect(&parent_dir, &name, &target, expect) {
+        // Compare and swap as one step: every Toolyard writer, in this process or another, holds
+        // the directory's lock from its check to its rename, so no other rename can slip between.
+        let swapped = lock_dir(&parent_dir)
+            .map_err(|e| self.map_err(e, &parent))
+            .and_then(|_lock| {
+                self.check_expect(&parent_dir, &name, &target, expect)?;
+                parent_dir
+                    .rename(&tmp_name, &parent_dir, &name)
+                    .map_err(|e| self.map_err(e, &target))
+            });
+        if let Err(e) = swapped {
             let _ = parent_dir.remove_file(&tmp_name);
             return Err(e);
-        }
-        if let Err(e) = parent_dir.rename(&tmp_name, &parent_dir, &name) {
-            let _ = parent_dir.remove_file(&tmp_name);
-            return Err(self.map_err(e, &target));
         }
         sync_dir(&parent_dir).map_err(|e| self.map_err(e, &parent))?;
         Ok(WriteOutcome {
@@ -556,6 +562,35 @@ fn push_reversed(pending: &mut Vec<String>, target: &Path) {
         })
         .collect();
     pending.extend(parts.into_iter().rev());
+}
+
+/// An exclusive `flock` on a directory, released when dropped. flock locks belong to an open file
+/// description, so each lock opens the directory afresh: two locks then exclude each other, in
+/// one process or many (a `dup` of a shared handle would not).
+struct DirLock(File);
+
+fn lock_dir(dir: &Dir) -> io::Result<DirLock> {
+    use std::os::fd::AsRawFd;
+    // A read-only open (directory handles are O_PATH, on which flock fails).
+    let own = dir.open(".")?;
+    loop {
+        // SAFETY: flock on a descriptor we own; it touches no memory.
+        if unsafe { libc::flock(own.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(DirLock(own));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: as above (closing the descriptor would release the lock as well).
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
 }
 
 fn sync_dir(dir: &Dir) -> io::Result<()> {
