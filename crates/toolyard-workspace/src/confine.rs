@@ -346,18 +346,24 @@ impl Workspace {
         }
     }
 
-    /// Open `rel` for reading, beneath the root.
+    /// Open `rel` for reading, beneath the root. Only a regular file opens: a FIFO, socket or
+    /// device is refused at once (opened non-blocking, so a FIFO with no writer cannot hang us).
     pub fn open_file(&self, rel: &RelPath) -> Result<File, ToolError> {
-        let file = self
-            .dir
-            .open(rel.as_path())
-            .map_err(|e| self.map_err(e, rel))?;
+        let file = open_nonblocking(&self.dir, rel.as_path()).map_err(|e| {
+            // A socket cannot be opened at all (ENXIO): say what it is instead.
+            match self.dir.metadata(rel.as_path()) {
+                Ok(m) => refuse_special(&m, rel).err(),
+                Err(_) => None,
+            }
+            .unwrap_or_else(|| self.map_err(e, rel))
+        })?;
         let meta = file.metadata().map_err(|e| self.map_err(e, rel))?;
         if meta.is_dir() {
             return Err(ToolError::InvalidArguments(format!(
                 "{rel} is a directory, not a file; use list_directory or glob to see what it holds"
             )));
         }
+        refuse_special(&meta, rel)?;
         Ok(file)
     }
 
@@ -372,10 +378,10 @@ impl Workspace {
 
     /// The content hash of `rel`, or `None` when it does not exist.
     pub fn hash_of(&self, rel: &RelPath) -> Result<Option<ContentHash>, ToolError> {
-        match self.dir.open(rel.as_path()) {
+        match self.open_file(rel) {
             Ok(f) => hash_reader(f).map(Some).map_err(|e| self.map_err(e, rel)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(self.map_err(e, rel)),
+            Err(ToolError::FileNotFound(_)) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -489,8 +495,14 @@ impl Workspace {
         target: &RelPath,
         expect: &Expect,
     ) -> Result<(), ToolError> {
-        let current = match parent_dir.open(name) {
-            Ok(f) => Some(hash_reader(f).map_err(|e| self.map_err(e, target))?),
+        if let Ok(m) = parent_dir.metadata(name) {
+            refuse_special(&m, target)?;
+        }
+        let current = match open_nonblocking(parent_dir, Path::new(name)) {
+            Ok(f) => {
+                refuse_special(&f.metadata().map_err(|e| self.map_err(e, target))?, target)?;
+                Some(hash_reader(f).map_err(|e| self.map_err(e, target))?)
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(self.map_err(e, target)),
         };
@@ -562,6 +574,34 @@ fn push_reversed(pending: &mut Vec<String>, target: &Path) {
         })
         .collect();
     pending.extend(parts.into_iter().rev());
+}
+
+/// Open `path` beneath `dir` for reading without blocking on a FIFO that has no writer.
+fn open_nonblocking(dir: &Dir, path: &Path) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.read(true).custom_flags(libc::O_NONBLOCK);
+    dir.open_with(path, &opts)
+}
+
+/// A FIFO, socket or device is not content a tool can read or replace.
+fn refuse_special(meta: &Metadata, rel: &RelPath) -> Result<(), ToolError> {
+    use cap_std::fs::FileTypeExt;
+    let ft = meta.file_type();
+    let what = if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else {
+        return Ok(());
+    };
+    Err(ToolError::InvalidArguments(format!(
+        "{rel} is {what}, not a regular file: reading it could block or never end, so file \
+         tools refuse it; use run_command if you really mean to read from it"
+    )))
 }
 
 /// An exclusive `flock` on a directory, released when dropped. flock locks belong to an open file
