@@ -312,8 +312,14 @@ impl ServerHandler for ToolyardServer {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("toolyard", env!("CARGO_PKG_VERSION")))
             .with_instructions(format!(
-                "Toolyard: confined, sandboxed coding tools for the workspace {} (dialect {}, profile {}). \
+                "Toolyard: {} for the workspace {} (dialect {}, profile {}). \
                  Read a file before you edit or overwrite it.",
+                if self.shared.dispatcher.is_inline() {
+                    "coding tools running inline, NOT sandboxed (file paths are confined to the \
+                     workspace; commands run with the user's full access to files and network)"
+                } else {
+                    "confined, sandboxed coding tools"
+                },
                 self.shared.dispatcher.env().workspace.root().display(),
                 self.shared.dispatcher.config().dialect,
                 self.shared.dispatcher.config().profile,

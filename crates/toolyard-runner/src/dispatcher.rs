@@ -30,6 +30,19 @@ pub enum Mode {
     },
 }
 
+/// The engines that run shell commands: under [`Mode::Inline`] nothing confines them.
+const RUNS_COMMANDS: &[&str] = &[
+    "run_command",
+    "run_command_isolated",
+    "build",
+    "test",
+    "validate",
+];
+
+/// Said in those tools' descriptions under [`Mode::Inline`].
+const INLINE_NOTE: &str = " NOT SANDBOXED: this server runs inline, so the command runs with \
+     the user's full access to every file and to the network; no lane rule applies.";
+
 /// What a dispatcher serves.
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
@@ -45,6 +58,10 @@ pub struct DispatcherConfig {
     pub profile: String,
     /// How calls run.
     pub mode: Mode,
+    /// Toolyard's state directory for this workspace (default: the one [`StateDir`] picks).
+    ///
+    /// [`StateDir`]: toolyard_workspace::StateDir
+    pub state_dir: Option<PathBuf>,
 }
 
 impl DispatcherConfig {
@@ -57,6 +74,7 @@ impl DispatcherConfig {
             dialect: Dialect::Loopr,
             profile: toolyard_core::ALL_PROFILE.into(),
             mode: Mode::Inline,
+            state_dir: None,
         }
     }
 }
@@ -101,7 +119,11 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// Open the workspace and build the dialect's tools, filtered by the profile.
     pub fn new(config: DispatcherConfig) -> Result<Self, ToolError> {
-        let env = Arc::new(ToolEnv::open(&config.workspace, config.catalog.clone())?);
+        let env = Arc::new(ToolEnv::open_with_state(
+            &config.workspace,
+            config.catalog.clone(),
+            config.state_dir.as_deref(),
+        )?);
         let allowed = config
             .catalog
             .profile(&config.profile)
@@ -119,6 +141,7 @@ impl Dispatcher {
                     exe: exe.clone(),
                     workspace: env.workspace.root().to_path_buf(),
                     catalog: config.catalog_path.clone(),
+                    state_dir: config.state_dir.clone(),
                 },
                 env.records.clone(),
             )),
@@ -158,9 +181,18 @@ impl Dispatcher {
                     .then(|| self.config.catalog.tool(t.engine))
                     .flatten()
                     .and_then(|s| s.description.as_deref());
-                ToolDefinition::of(t.tool.as_ref(), custom)
+                let mut def = ToolDefinition::of(t.tool.as_ref(), custom);
+                if self.config.mode == Mode::Inline && RUNS_COMMANDS.contains(&t.engine) {
+                    def.description.push_str(INLINE_NOTE);
+                }
+                def
             })
             .collect()
+    }
+
+    /// Whether calls run in this process, with nothing sandboxed but the file tools' paths.
+    pub fn is_inline(&self) -> bool {
+        self.config.mode == Mode::Inline
     }
 
     /// The catalog entry a served tool runs under (its lane and limits).

@@ -28,6 +28,8 @@ pub struct RunnerArgs {
     pub workspace: PathBuf,
     /// The catalog file, if not the built-in one.
     pub catalog: Option<PathBuf>,
+    /// The state directory, when not the workspace's default one.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Run a runner: call this from `main` before any other thread exists (the sandbox needs a
@@ -42,7 +44,10 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
         .workspace
         .canonicalize()
         .map_err(|e| ToolError::Io(format!("{}: {e}", args.workspace.display())))?;
-    let state = StateDir::for_workspace(&root)?;
+    let state = match &args.state_dir {
+        Some(dir) => StateDir::at(dir, &root)?,
+        None => StateDir::for_workspace(&root)?,
+    };
     let temp_dir = state
         .tmp_dir()
         .join(format!("{}-{}", args.lane, std::process::id()));

@@ -31,6 +31,8 @@ pub struct RunnerSpawn {
     pub workspace: PathBuf,
     /// The catalog file the runners load, if not the built-in one.
     pub catalog: Option<PathBuf>,
+    /// The state directory, when not the workspace's default one.
+    pub state_dir: Option<PathBuf>,
 }
 
 struct Pending {
@@ -146,6 +148,9 @@ impl Router {
             .arg(&self.spawn.workspace);
         if let Some(c) = &self.spawn.catalog {
             cmd.arg("--catalog").arg(c);
+        }
+        if let Some(s) = &self.spawn.state_dir {
+            cmd.arg("--state-dir").arg(s);
         }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())

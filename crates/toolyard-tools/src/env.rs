@@ -36,8 +36,18 @@ impl ToolEnv {
     /// Open the workspace at `root` with its state directory, `catalog`, and records kept in
     /// this process.
     pub fn open(root: &Path, catalog: Catalog) -> Result<Self, ToolError> {
-        let workspace = Arc::new(Workspace::open(root)?);
-        let state = StateDir::for_workspace(workspace.root())?;
+        Self::open_with_state(root, catalog, None)
+    }
+
+    /// Like [`ToolEnv::open`], with the state directory at `state_dir` when given (else the
+    /// workspace's default one).
+    pub fn open_with_state(
+        root: &Path,
+        catalog: Catalog,
+        state_dir: Option<&Path>,
+    ) -> Result<Self, ToolError> {
+        let (workspace, state) = confined(root, state_dir)?;
+        let workspace = Arc::new(workspace);
         let journal_config: JournalConfig = catalog
             .section("journal")
             .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
@@ -65,8 +75,10 @@ impl ToolEnv {
         catalog: Catalog,
         records: Arc<dyn Records>,
     ) -> Result<Self, ToolError> {
+        let mut workspace = Workspace::open(root)?;
+        state.protect(&mut workspace);
         Ok(Self {
-            workspace: Arc::new(Workspace::open(root)?),
+            workspace: Arc::new(workspace),
             state,
             catalog,
             records,
@@ -81,4 +93,15 @@ impl ToolEnv {
             .map(|t| t.max_output_bytes)
             .unwrap_or(toolyard_core::DEFAULT_MAX_OUTPUT_BYTES) as usize
     }
+}
+
+/// The workspace at `root` and its state directory, hidden from the file tools when inside.
+fn confined(root: &Path, state_dir: Option<&Path>) -> Result<(Workspace, StateDir), ToolError> {
+    let mut workspace = Workspace::open(root)?;
+    let state = match state_dir {
+        Some(dir) => StateDir::at(dir, workspace.root())?,
+        None => StateDir::for_workspace(workspace.root())?,
+    };
+    state.protect(&mut workspace);
+    Ok((workspace, state))
 }

@@ -112,12 +112,30 @@ pub struct WriteOutcome {
     pub mode: u32,
 }
 
+/// How the file tools may use a protected part of the workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protection {
+    /// Neither read nor written (Toolyard's own state directory).
+    Hidden,
+    /// Read, never written.
+    ReadOnly,
+}
+
+/// A protected part of the workspace: what, how, and why (said in the refusal).
+#[derive(Debug, Clone)]
+struct Protected {
+    rel: RelPath,
+    how: Protection,
+    why: String,
+}
+
 /// The workspace root, opened once; every access goes beneath it.
 #[derive(Debug)]
 pub struct Workspace {
     root: PathBuf,
     given_root: PathBuf,
     dir: Dir,
+    protected: Vec<Protected>,
 }
 
 impl Workspace {
@@ -143,7 +161,56 @@ impl Workspace {
             root: canonical,
             given_root,
             dir,
+            protected: Vec::new(),
         })
+    }
+
+    /// Protect `rel` and everything beneath it from the file tools; `why` is said in refusals.
+    pub fn protect(&mut self, rel: RelPath, how: Protection, why: impl Into<String>) {
+        self.protected.push(Protected {
+            rel,
+            how,
+            why: why.into(),
+        });
+    }
+
+    /// The protected paths (absolute) the file tools may not read, for walkers to prune.
+    pub fn hidden_paths(&self) -> Vec<PathBuf> {
+        self.protected
+            .iter()
+            .filter(|p| p.how == Protection::Hidden)
+            .map(|p| self.absolute(&p.rel))
+            .collect()
+    }
+
+    /// Refuse `rel` (resolved) when it lies in a protected part: any use of a hidden one, a
+    /// write to a read-only one.
+    pub fn check_protected(&self, rel: &RelPath, write: bool) -> Result<(), ToolError> {
+        let hit = self.protected.iter().find(|p| {
+            (write || p.how == Protection::Hidden)
+                && (p.rel.is_root()
+                    || rel.as_str() == p.rel.as_str()
+                    || rel
+                        .as_str()
+                        .strip_prefix(p.rel.as_str())
+                        .is_some_and(|rest| rest.starts_with('/')))
+        });
+        match hit {
+            None => Ok(()),
+            Some(p) => Err(ToolError::Blocked {
+                rule: "protected path".into(),
+                reason: format!(
+                    "{rel} lies in {}, which {}; {}",
+                    p.rel,
+                    p.why,
+                    if p.how == Protection::Hidden {
+                        "the tools neither read nor write it"
+                    } else {
+                        "the tools may read it but not change it"
+                    }
+                ),
+            }),
+        }
     }
 
     /// The workspace root (canonical, absolute).
@@ -319,7 +386,9 @@ impl Workspace {
                 push_reversed(&mut pending, &target);
             }
         }
-        Ok(RelPath::from_components(&done))
+        let resolved = RelPath::from_components(&done);
+        self.check_protected(&resolved, false)?;
+        Ok(resolved)
     }
 
     /// Parse and resolve a path argument in one step (following a final symlink).
@@ -413,6 +482,7 @@ impl Workspace {
                 "cannot write to the workspace root; give a file path".into(),
             ));
         }
+        self.check_protected(&target, true)?;
         let parent = target.parent();
         let name = target.file_name().to_string();
         if !parent.is_root() {
@@ -524,6 +594,7 @@ impl Workspace {
     /// Remove the file `rel` (not a directory), durably.
     pub fn remove_file(&self, rel: &RelPath) -> Result<(), ToolError> {
         let target = self.resolve(rel, false)?;
+        self.check_protected(&target, true)?;
         let parent_dir = self.open_dir(&target.parent())?;
         parent_dir
             .remove_file(target.file_name())

@@ -543,7 +543,7 @@ impl Journal {
         if current != target.new_hash {
             if !force {
                 return Err(ToolError::Conflict(format!(
-                    "{} changed since change {id} ({}); undoing it would lose those changes. Read the file and edit it instead, or undo with force to restore the content from before change {id} anyway",
+                    "{} changed since change {id} ({}); undoing it would lose those changes. Read the file and edit it instead, or undo with force (`force: true`; `--force` on the command line) to restore the content from before change {id} anyway",
                     target.path,
                     if current.is_none() {
                         "it was removed"

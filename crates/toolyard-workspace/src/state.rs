@@ -4,12 +4,16 @@ use std::path::{Path, PathBuf};
 
 use toolyard_core::ToolError;
 
+use crate::{Protection, Workspace};
+
 /// Where Toolyard keeps its own files for one workspace: the database (read ledger and
-/// journal), saved command outputs, runner temp dirs. It is never inside the workspace, so the
-/// model's file tools cannot reach it.
+/// journal), saved command outputs, runner temp dirs. When it lies inside the workspace (a
+/// workspace at `~` or `/`), [`StateDir::protect`] hides it from the file tools.
 #[derive(Debug, Clone)]
 pub struct StateDir {
     path: PathBuf,
+    /// The directory holding every workspace's state (`path` itself when given explicitly).
+    tree: PathBuf,
 }
 
 impl StateDir {
@@ -44,10 +48,14 @@ impl StateDir {
         let path = base
             .join("workspaces")
             .join(format!("{name}-{}", &digest[..16]));
-        Self::at(&path, root)
+        let mut state = Self::at(&path, root)?;
+        if let Ok(tree) = base.canonicalize() {
+            state.tree = tree;
+        }
+        Ok(state)
     }
 
-    /// Use `path` as the state directory of the workspace at `root`; it may not lie inside it.
+    /// Use `path` as the state directory of the workspace at `root`.
     pub fn at(path: &Path, root: &Path) -> Result<Self, ToolError> {
         std::fs::create_dir_all(path).map_err(|e| {
             ToolError::Io(format!(
@@ -58,15 +66,30 @@ impl StateDir {
         let path = path
             .canonicalize()
             .map_err(|e| ToolError::Io(format!("{}: {e}", path.display())))?;
-        if path.starts_with(root) {
+        if path == root || root.starts_with(&path) {
             return Err(ToolError::InvalidArguments(format!(
-                "the state directory {} lies inside the workspace {}; set TOOLYARD_STATE_DIR to a directory outside it",
+                "the state directory {} holds the workspace {}; set TOOLYARD_STATE_DIR to a directory outside the workspace",
                 path.display(),
                 root.display()
             )));
         }
         restrict(&path);
-        Ok(Self { path })
+        Ok(Self {
+            tree: path.clone(),
+            path,
+        })
+    }
+
+    /// Hide the state directories (of every workspace) from `workspace`'s file tools when they
+    /// lie inside it (a workspace at `~` or `/`): the tools can neither read a journal nor forge
+    /// one.
+    pub fn protect(&self, workspace: &mut Workspace) {
+        if let Ok(rest) = self.tree.strip_prefix(workspace.root()) {
+            let rel = workspace.relative(&rest.to_string_lossy(), Path::new(""));
+            if let Ok(rel) = rel {
+                workspace.protect(rel, Protection::Hidden, "is Toolyard's state directory");
+            }
+        }
     }
 
     /// The directory itself.
@@ -107,10 +130,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn state_dir_inside_workspace_is_refused() {
+    fn a_state_dir_holding_the_workspace_is_refused() {
         let t = tempfile::tempdir().unwrap();
         let root = t.path().canonicalize().unwrap();
-        let e = StateDir::at(&root.join(".state"), &root).unwrap_err();
+        let e = StateDir::at(&root, &root.join("ws")).unwrap_err();
         assert!(e.to_string().contains("TOOLYARD_STATE_DIR"), "{e}");
+    }
+
+    #[test]
+    fn a_state_dir_inside_the_workspace_is_hidden_from_the_file_tools() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        std::fs::write(root.join("notes.txt"), "mine").unwrap();
+        let state = StateDir::at(&root.join(".local/state/toolyard"), &root).unwrap();
+        std::fs::write(state.db_path(), "journal").unwrap();
+        std::os::unix::fs::symlink(".local/state/toolyard", root.join("link")).unwrap();
+        let mut ws = Workspace::open(&root).unwrap();
+        state.protect(&mut ws);
+        let cwd = Path::new("");
+        for path in [
+            ".local/state/toolyard/state.db",
+            ".local/state/toolyard",
+            "./.local/state/x/../toolyard/state.db",
+            "link/state.db",
+        ] {
+            let e = ws.locate(path, cwd).unwrap_err();
+            assert!(e.to_string().contains("state directory"), "{path}: {e}");
+        }
+        let rel = ws.relative("link/state.db", cwd).unwrap();
+        assert!(
+            ws.write_atomic(&rel, b"forged", &crate::Expect::Any)
+                .is_err()
+        );
+        assert_eq!(std::fs::read(state.db_path()).unwrap(), b"journal");
+        // The rest of the workspace, and its siblings, stay usable.
+        assert!(ws.locate("notes.txt", cwd).is_ok());
+        assert!(ws.locate(".local/state/other", cwd).is_ok());
+        assert!(ws.locate(".local/state/toolyard2", cwd).is_ok());
+        assert_eq!(ws.hidden_paths(), vec![root.join(".local/state/toolyard")]);
     }
 }

@@ -44,9 +44,10 @@ enum Action {
 
 #[derive(Args)]
 struct WorkspaceArgs {
-    /// The workspace root (default: the current directory).
-    #[arg(long, short = 'w', default_value = ".")]
-    workspace: PathBuf,
+    /// The workspace root (default: the git repository holding the current directory, else the
+    /// current directory).
+    #[arg(long, short = 'w')]
+    workspace: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -107,14 +108,18 @@ struct RunnerCmd {
     /// The catalog file.
     #[arg(long)]
     catalog: Option<PathBuf>,
+    /// The state directory, when not the workspace's default one.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
 }
 
 /// Options every subcommand that opens a workspace shares.
 #[derive(Args, Clone)]
 pub struct Common {
-    /// The workspace root (default: the current directory).
-    #[arg(long, short = 'w', default_value = ".")]
-    pub workspace: PathBuf,
+    /// The workspace root (default: the git repository holding the current directory, else the
+    /// current directory).
+    #[arg(long, short = 'w')]
+    pub workspace: Option<PathBuf>,
     /// A catalog.toml laid over the built-in catalog.
     #[arg(long, env = "TOOLYARD_CATALOG")]
     pub catalog: Option<PathBuf>,
@@ -166,11 +171,69 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
+        // `toolyard tools | head -1`: the reader has all it wants; end quietly, as `cat` does.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("toolyard: {e:#}");
+            eprintln!("toolyard: {}", report(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// Print a line to stdout, returning the error (a closed pipe among them) instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// The error and its causes, each said once: a cause its context already quotes is dropped.
+fn report(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let line = cause.to_string();
+        if text.contains(&line) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&line);
+    }
+    text
+}
+
+/// The workspace a subcommand works on: the one given (which must be a directory), else the git
+/// repository holding the current directory (so `log` and `undo` in `src/` see the changes made
+/// from the root), else the current directory.
+pub(crate) fn workspace_root(given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(dir) = given {
+        return match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => Ok(dir.to_path_buf()),
+            Ok(_) => bail!(
+                "the workspace {} is not a directory; pass -w with the project's directory",
+                dir.display()
+            ),
+            Err(e) => bail!(
+                "the workspace {} cannot be opened ({e}); pass -w with an existing directory",
+                dir.display()
+            ),
+        };
+    }
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    Ok(cwd
+        .ancestors()
+        .find(|d| d.join(".git").exists())
+        .unwrap_or(&cwd)
+        .to_path_buf())
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -189,6 +252,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 lane: args.lane,
                 workspace: args.workspace,
                 catalog: args.catalog,
+                state_dir: args.state_dir,
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
             Ok(ExitCode::SUCCESS)
@@ -211,7 +275,13 @@ pub(crate) fn load_catalog(path: Option<&Path>) -> Result<Catalog> {
 }
 
 pub(crate) fn dispatcher(common: &Common) -> Result<Dispatcher> {
-    let mut config = DispatcherConfig::new(&common.workspace);
+    dispatcher_with_state(common, None)
+}
+
+/// A dispatcher whose state lives in `state_dir` when given (else the workspace's own).
+fn dispatcher_with_state(common: &Common, state_dir: Option<&Path>) -> Result<Dispatcher> {
+    let mut config = DispatcherConfig::new(workspace_root(common.workspace.as_deref())?);
+    config.state_dir = state_dir.map(Path::to_path_buf);
     config.catalog = load_catalog(common.catalog.as_deref())?;
     config.dialect = common.dialect;
     config.profile = common.profile.clone();
@@ -247,12 +317,12 @@ async fn call(args: CallArgs) -> Result<ExitCode> {
         .call(CallRequest::new(args.session, args.tool, json))
         .await;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+        out!("{}", serde_json::to_string_pretty(&result)?);
     } else {
-        print!("{}", result.output);
-        if !result.output.ends_with('\n') {
-            println!();
-        }
+        out!(
+            "{}",
+            result.output.strip_suffix('\n').unwrap_or(&result.output)
+        );
     }
     Ok(if result.success {
         ExitCode::SUCCESS
@@ -262,15 +332,17 @@ async fn call(args: CallArgs) -> Result<ExitCode> {
 }
 
 fn tools(args: ToolsArgs) -> Result<ExitCode> {
-    let dispatcher = dispatcher(&args.common)?;
+    // Listing reads no state: a throwaway state directory keeps the user's untouched.
+    let scratch = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let dispatcher = dispatcher_with_state(&args.common, Some(scratch.path()))?;
     let defs = dispatcher.definitions();
     match args.format {
         Some(format) => {
             let json = toolyard_core::export(&defs, format);
-            println!("{}", serde_json::to_string_pretty(&json)?);
+            out!("{}", serde_json::to_string_pretty(&json)?);
         }
         None => {
-            println!(
+            out!(
                 "{} tools (dialect {}, profile {}):",
                 defs.len(),
                 args.common.dialect,
@@ -282,7 +354,7 @@ fn tools(args: ToolsArgs) -> Result<ExitCode> {
                     .map(|s| s.lane.to_string())
                     .unwrap_or_default();
                 let first = d.description.split(". ").next().unwrap_or("");
-                println!("  {:<22} {:<7} {}", d.name, lane, first);
+                out!("  {:<22} {:<7} {}", d.name, lane, first);
             }
         }
     }
@@ -296,11 +368,11 @@ fn check_command(args: CheckArgs) -> Result<ExitCode> {
     let policy = CommandPolicy::new(&config)?;
     match policy.check(&args.command) {
         Decision::Allow => {
-            println!("allowed");
+            out!("allowed");
             Ok(ExitCode::SUCCESS)
         }
         Decision::Block { rule, reason } => {
-            println!("blocked by rule `{rule}`: {reason}");
+            out!("blocked by rule `{rule}`: {reason}");
             Ok(ExitCode::from(3))
         }
     }
@@ -309,13 +381,13 @@ fn check_command(args: CheckArgs) -> Result<ExitCode> {
 fn doctor(args: DoctorArgs) -> Result<ExitCode> {
     let catalog = load_catalog(args.catalog.as_deref())?;
     let sandbox: toolyard_exec::sandbox::SandboxConfig = catalog.section("sandbox")?;
-    println!("catalog: {}", catalog.origin());
-    println!(
+    out!("catalog: {}", catalog.origin());
+    out!(
         "process-tree kill: {}",
         toolyard_exec::tree_kill_mechanism()
     );
-    println!("{}", toolyard_exec::sandbox::probe());
-    println!(
+    out!("{}", toolyard_exec::sandbox::probe());
+    out!(
         "no-net without a network namespace: {}",
         if sandbox.allow_unsandboxed_no_net {
             "runs anyway (catalog [sandbox] allow_unsandboxed_no_net = true)"
@@ -323,12 +395,19 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode> {
             "refuses to start (fails closed)"
         }
     );
+    out!(
+        "with --inline: nothing is sandboxed; commands run with your full access to files and \
+         network, and only the file tools' paths are confined to the workspace"
+    );
     Ok(ExitCode::SUCCESS)
 }
 
 /// The workspace's journal, with interrupted writes settled first.
-fn journal(ws: &Path) -> Result<(toolyard_workspace::Workspace, toolyard_workspace::Journal)> {
-    let workspace = toolyard_workspace::Workspace::open(ws).map_err(|e| anyhow::anyhow!("{e}"))?;
+fn journal(
+    ws: Option<&Path>,
+) -> Result<(toolyard_workspace::Workspace, toolyard_workspace::Journal)> {
+    let workspace = toolyard_workspace::Workspace::open(&workspace_root(ws)?)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let state = toolyard_workspace::StateDir::for_workspace(workspace.root())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let journal = toolyard_workspace::Journal::open(&state).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -339,7 +418,7 @@ fn journal(ws: &Path) -> Result<(toolyard_workspace::Workspace, toolyard_workspa
 }
 
 fn log(args: LogArgs) -> Result<ExitCode> {
-    let (_ws, journal) = journal(&args.ws.workspace)?;
+    let (ws, journal) = journal(args.ws.workspace.as_deref())?;
     let changes = journal
         .list(&toolyard_workspace::ChangeFilter {
             session: args.session,
@@ -349,11 +428,12 @@ fn log(args: LogArgs) -> Result<ExitCode> {
         })
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&changes)?);
+        out!("{}", serde_json::to_string_pretty(&changes)?);
         return Ok(ExitCode::SUCCESS);
     }
+    out!("changes in the workspace {}:", ws.root().display());
     if changes.is_empty() {
-        println!("no changes recorded");
+        out!("none recorded");
     }
     for c in changes {
         let what = match (&c.undoes, c.existed) {
@@ -365,23 +445,35 @@ fn log(args: LogArgs) -> Result<ExitCode> {
             .undone_by
             .map(|u| format!(" (undone by #{})", u.0))
             .unwrap_or_default();
-        println!(
+        out!(
             "#{:<5} {} {:<8} {:<12} {:<10} {} [{}]{}",
-            c.id.0, c.time, c.status, c.tool, what, c.path, c.session, undone
+            c.id.0,
+            c.time,
+            c.status,
+            c.tool,
+            what,
+            c.path,
+            c.session,
+            undone
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn undo(args: UndoArgs) -> Result<ExitCode> {
-    let (ws, journal) = journal(&args.ws.workspace)?;
+    let (ws, journal) = journal(args.ws.workspace.as_deref())?;
     let id = match (args.change_id, &args.session) {
         (Some(id), _) => toolyard_workspace::ChangeId(id),
         (None, Some(s)) => journal
             .last_of_session(s)
             .map_err(|e| anyhow::anyhow!("{e}"))?
             .map(|c| c.id)
-            .context("that session has no change left to undo")?,
+            .with_context(|| {
+                format!(
+                    "the session {s} has no change left to undo in the workspace {}",
+                    ws.root().display()
+                )
+            })?,
         (None, None) => journal
             .list(&toolyard_workspace::ChangeFilter {
                 status: Some(toolyard_workspace::ChangeStatus::Done),
@@ -391,14 +483,21 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
             .into_iter()
             .find(|c| c.undone_by.is_none() && c.undoes.is_none())
             .map(|c| c.id)
-            .context("no change left to undo")?,
+            .with_context(|| {
+                format!(
+                    "no change left to undo in the workspace {}",
+                    ws.root().display()
+                )
+            })?,
     };
     match journal.undo(&ws, id, "cli", "cli-undo", args.force) {
         Ok(out) => {
             let what = if out.removed { "removed" } else { "restored" };
-            println!(
+            out!(
                 "undid change #{}: {what} {} (this undo is change #{})",
-                id.0, out.path, out.undo.0
+                id.0,
+                out.path,
+                out.undo.0
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -410,15 +509,15 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
 }
 
 fn artifacts(args: WorkspaceArgs) -> Result<ExitCode> {
-    let ws =
-        toolyard_workspace::Workspace::open(&args.workspace).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ws = toolyard_workspace::Workspace::open(&workspace_root(args.workspace.as_deref())?)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let list =
         toolyard_tools::artifacts::list_artifacts(&ws).map_err(|e| anyhow::anyhow!("{e}"))?;
     if list.is_empty() {
-        println!("no artifacts in {}", ws.root().display());
+        out!("no artifacts in {}", ws.root().display());
     }
     for a in list {
-        println!("{}", serde_json::to_string(&a)?);
+        out!("{}", serde_json::to_string(&a)?);
     }
     Ok(ExitCode::SUCCESS)
 }

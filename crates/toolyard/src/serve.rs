@@ -22,6 +22,12 @@ pub struct ServeArgs {
 
 /// Run the MCP server until the client goes away (stdio) or a signal stops it (HTTP).
 pub fn serve(args: ServeArgs) -> Result<ExitCode> {
+    if args.common.inline {
+        eprintln!(
+            "toolyard: serving inline: nothing is sandboxed; commands run with your full access \
+             to files and network, and only the file tools' paths are confined to the workspace"
+        );
+    }
     let rt = crate::runtime()?;
     let result = rt.block_on(async {
         // Built inside the runtime: the router spawns its runner tasks on it.
@@ -40,6 +46,13 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn serve_http(dispatcher: Arc<toolyard_runner::Dispatcher>, addr: &str) -> Result<()> {
+    let port_only = addr.strip_prefix(':').unwrap_or(addr);
+    if port_only.parse::<u16>().is_ok() {
+        anyhow::bail!(
+            "--http needs HOST:PORT, not only a port: use --http 127.0.0.1:{port_only} (loopback) \
+             or --http 0.0.0.0:{port_only} with a token (see TOOLYARD_HTTP_TOKEN_FILE)"
+        );
+    }
     let gate = toolyard_mcp::Gate::new(http_token()?.as_deref());
     let server = toolyard_mcp::HttpServer::bind_with(dispatcher, addr, gate).await?;
     let local = server.local_addr()?;

@@ -251,3 +251,190 @@ fn check_command_exit_codes() {
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     assert!(text(&o).contains("blocked by rule"), "{}", text(&o));
 }
+
+/// The binary with a fake home and no state directory set: where a newcomer starts it.
+fn bare(cwd: &Path, home: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_toolyard"));
+    c.args(args)
+        .current_dir(cwd)
+        .env("HOME", home)
+        .env_remove("TOOLYARD_STATE_DIR")
+        .env_remove("XDG_STATE_HOME")
+        .env("RUST_BACKTRACE", "1");
+    c
+}
+
+#[test]
+fn a_closed_pipe_ends_the_program_quietly() {
+    let e = env();
+    std::fs::write(e.ws.join("big.txt"), "line\n".repeat(50_000)).unwrap();
+    for args in [
+        vec!["tools"],
+        vec!["doctor"],
+        vec!["call", "read_file", r#"{"path":"big.txt","limit":2000}"#],
+    ] {
+        // stdout is a pipe whose reader is gone before the program writes.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+            .args(&args)
+            .current_dir(&e.ws)
+            .env("TOOLYARD_STATE_DIR", &e.state)
+            .env("RUST_BACKTRACE", "1")
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(err.trim().is_empty(), "{args:?} printed: {err}");
+    }
+}
+
+#[test]
+fn listing_checking_and_doctor_need_no_state_directory() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    // A home nobody may write: any attempt to make a state directory would fail.
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o500)).unwrap();
+    for args in [
+        vec!["tools"],
+        vec!["check-command", "ls"],
+        vec!["doctor"],
+        vec!["--help"],
+    ] {
+        let o = bare(&home, &home, &args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    assert_eq!(
+        std::fs::read_dir(&home).unwrap().count(),
+        0,
+        "nothing was created"
+    );
+}
+
+#[test]
+fn serving_from_home_keeps_the_state_directory_out_of_the_tools_reach() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::write(home.join("notes.txt"), "mine\n").unwrap();
+    let run = |args: &[&str]| bare(&home, &home, args).output().unwrap();
+    let o = run(&["call", "--inline", "read_file", r#"{"path":"notes.txt"}"#]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&[
+        "call",
+        "--inline",
+        "write_file",
+        r#"{"path":"new.txt","content":"x\n"}"#,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let state = home.join(".local/state/toolyard");
+    assert!(state.is_dir(), "the default state directory is used");
+    let db = std::fs::read_dir(state.join("workspaces"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("state.db");
+    let before = std::fs::read(&db).unwrap();
+    let forged = format!(r#"{{"path":"{}","content":"forged"}}"#, db.display());
+    for (tool, args) in [
+        (
+            "read_file",
+            r#"{"path":".local/state/toolyard/"}"#.to_string(),
+        ),
+        ("write_file", forged),
+    ] {
+        let o = run(&["call", "--inline", tool, &args]);
+        assert_eq!(o.status.code(), Some(1), "{tool}: {}", text(&o));
+        assert!(text(&o).contains("state directory"), "{tool}: {}", text(&o));
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+    let o = run(&["log"]);
+    assert!(text(&o).contains("new.txt"), "{}", text(&o));
+}
+
+#[test]
+fn log_and_undo_in_a_subdirectory_see_the_repository_root() {
+    let e = env();
+    std::fs::create_dir_all(e.ws.join(".git")).unwrap();
+    std::fs::create_dir_all(e.ws.join("src/deep")).unwrap();
+    let o = e.run(&[
+        "call",
+        "write_file",
+        r#"{"path":"src/made.txt","content":"x\n"}"#,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let sub = e.ws.join("src/deep");
+    let o = toolyard(&sub, &e.state, &["log"]);
+    let out = text(&o);
+    assert!(out.contains("src/made.txt"), "{out}");
+    assert!(
+        out.contains(&e.ws.canonicalize().unwrap().display().to_string()),
+        "log says which workspace it looked at: {out}"
+    );
+    let o = toolyard(&sub, &e.state, &["undo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!e.ws.join("src/made.txt").exists());
+}
+
+#[test]
+fn a_missing_workspace_is_named_as_the_workspace() {
+    let e = env();
+    let o = e.run(&["log", "-w", "/nonexistent/ws"]);
+    assert_eq!(o.status.code(), Some(2));
+    let out = text(&o);
+    assert!(out.contains("workspace /nonexistent/ws"), "{out}");
+    assert!(out.contains("-w"), "{out}");
+}
+
+#[test]
+fn http_with_only_a_port_says_host_and_port() {
+    let e = env();
+    for addr in ["8799", ":8799"] {
+        let o = e.run(&["serve", "--http", addr]);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(text(&o).contains("127.0.0.1:8799"), "{}", text(&o));
+    }
+}
+
+#[test]
+fn errors_say_each_cause_once() {
+    let e = env();
+    let o = e.run(&["tools", "--catalog", "/nonexistent/catalog.toml"]);
+    let out = text(&o);
+    assert_eq!(out.matches("No such file or directory").count(), 1, "{out}");
+}
+
+#[test]
+fn inline_says_it_is_not_sandboxed() {
+    let e = env();
+    let o = e.run(&["tools", "--inline", "--format", "mcp"]);
+    let json: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let run = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "run_command")
+        .unwrap();
+    assert!(
+        run["description"]
+            .as_str()
+            .unwrap()
+            .contains("NOT SANDBOXED"),
+        "{run}"
+    );
+    let o = e.run(&["tools", "--format", "mcp"]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("NOT SANDBOXED"));
+    let o = e.run(&["doctor"]);
+    assert!(
+        text(&o).contains("--inline: nothing is sandboxed"),
+        "{}",
+        text(&o)
+    );
+}
