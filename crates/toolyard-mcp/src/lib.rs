@@ -645,7 +645,9 @@ mod tests {
     #[test]
     fn every_builtin_definition_converts_to_an_mcp_tool() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-        let config = toolyard_runner::DispatcherConfig::new(dir.path());
+        let mut config = toolyard_runner::DispatcherConfig::new(dir.path().join("ws"));
+        std::fs::create_dir(&config.workspace).unwrap_or_else(|e| panic!("mkdir: {e}"));
+        config.state_dir = Some(dir.path().join("state"));
         let d = Dispatcher::new(config).unwrap_or_else(|e| panic!("dispatcher: {e}"));
         let defs = d.definitions();
         let tools: Vec<Tool> = defs.iter().filter_map(mcp_tool).collect();

@@ -19,8 +19,12 @@ struct Conn {
 impl Conn {
     async fn open() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("a.txt"), "one\ntwo\n").expect("write fixture");
-        let dispatcher = Dispatcher::new(DispatcherConfig::new(dir.path())).expect("dispatcher");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).expect("mkdir");
+        std::fs::write(ws.join("a.txt"), "one\ntwo\n").expect("write fixture");
+        let mut config = DispatcherConfig::new(&ws);
+        config.state_dir = Some(dir.path().join("state"));
+        let dispatcher = Dispatcher::new(config).expect("dispatcher");
         let (client, server) = tokio::io::duplex(1 << 20);
         let (sr, sw) = tokio::io::split(server);
         tokio::spawn(async move {

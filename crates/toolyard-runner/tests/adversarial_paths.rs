@@ -155,7 +155,10 @@ fn args_for(tool: &str, path: &str) -> Value {
 }
 
 fn dispatcher(ws: &Path) -> Dispatcher {
-    Dispatcher::new(DispatcherConfig::new(ws)).unwrap()
+    let mut config = DispatcherConfig::new(ws);
+    // Beside the workspace, inside the fixture's temp dir: never the user's state directory.
+    config.state_dir = ws.parent().map(|base| base.join("state"));
+    Dispatcher::new(config).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

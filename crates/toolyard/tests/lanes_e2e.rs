@@ -182,6 +182,7 @@ fn blocked_commands_say_which_rule() {
 
 fn lanes_dispatcher(ws: &Path) -> Dispatcher {
     let mut config = DispatcherConfig::new(ws);
+    config.state_dir = ws.parent().map(|base| base.join("state"));
     config.mode = Mode::Lanes {
         exe: PathBuf::from(env!("CARGO_BIN_EXE_toolyard")),
     };
@@ -191,8 +192,6 @@ fn lanes_dispatcher(ws: &Path) -> Dispatcher {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_killed_mid_call_fails_that_call_and_the_next_call_works() {
     let e = env();
-    // SAFETY: set before any runner starts; the test's threads do not read the environment.
-    unsafe { std::env::set_var("TOOLYARD_STATE_DIR", &e.state) };
     let d = std::sync::Arc::new(lanes_dispatcher(&e.ws));
     let first = d
         .call(CallRequest::new(
@@ -252,8 +251,6 @@ fn nix_kill(pid: u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_call_kills_its_process_tree() {
     let e = env();
-    // SAFETY: as above.
-    unsafe { std::env::set_var("TOOLYARD_STATE_DIR", &e.state) };
     let d = std::sync::Arc::new(lanes_dispatcher(&e.ws));
     let marker = "1441.75";
     let req = CallRequest::new(
