@@ -63,6 +63,10 @@ pub struct SandboxConfig {
     /// Let `no-net` run without network isolation when the kernel cannot provide it.
     #[serde(default)]
     pub allow_unsandboxed_no_net: bool,
+    /// Workspace-relative paths commands and file tools may not create, change or delete;
+    /// replaces `protect::DEFAULT_PROTECTED` when set.
+    #[serde(default)]
+    pub protected_paths: Option<Vec<String>>,
 }
 
 /// Resource limits of a lane (`[lanes.heavy]` in the catalog); unset fields take the lane's
