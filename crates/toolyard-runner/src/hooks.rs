@@ -19,7 +19,9 @@
 //!   the call changed to git with a message naming the tool and the call id. File tools commit
 //!   exactly their `files_changed`; command tools report no files, so the repository's status is
 //!   taken before and after the call and the paths that changed in between are committed (and
-//!   reported as the call's `files_changed`).
+//!   reported as the call's `files_changed`). A file that was already dirty (modified, staged or
+//!   untracked) before the call is never committed, since the commit would take the user's own
+//!   edits with the agent's: it is left out and named in the report (`left_out`).
 //!
 //! Whatever a hook does after the call, the call's work stands: a failing hook never undoes it
 //! and never turns success into failure; it adds a note to `output` and an entry to
@@ -242,6 +244,10 @@ pub struct HookReport {
     /// The files `auto_commit` committed (workspace-relative).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
+    /// The files the call changed that `auto_commit` left out because they had uncommitted
+    /// changes before the call (workspace-relative).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
 }
 
 impl HookReport {
@@ -254,6 +260,7 @@ impl HookReport {
             message: None,
             commit: None,
             files: Vec::new(),
+            left_out: Vec::new(),
         }
     }
 
@@ -266,6 +273,10 @@ impl HookReport {
         };
         let msg = self.message.as_deref().map(clip).unwrap_or_default();
         match self.status {
+            // The model should know its change to those files is not in any commit.
+            HookStatus::Ok | HookStatus::Skipped if !self.left_out.is_empty() => {
+                Some(format!("{who}: {msg}"))
+            }
             HookStatus::Ok | HookStatus::Skipped | HookStatus::Blocked => None,
             HookStatus::Feedback => Some(format!("{who} says: {msg}")),
             HookStatus::Failed => Some(match self.exit_code {
@@ -442,10 +453,11 @@ impl Hooks {
 
         let mutating = is_mutating(&call.engine, call.annotations);
         let reports_files = FILE_ENGINES.contains(&call.engine.as_str());
-        // A command reports no files: what it changed is what git status shows changed
+        // What was dirty before the call is the user's: it never goes into a commit. A command
+        // reports no files, so its snapshot also hashes them: what it changed is what differs
         // between now and the end of the call.
-        let before = if self.auto_commit && mutating && !reports_files {
-            Some(self.snapshot().await)
+        let before = if self.auto_commit && mutating {
+            Some(self.snapshot(!reports_files).await)
         } else {
             None
         };
@@ -461,8 +473,10 @@ impl Hooks {
                 let input = self.event_json("PostTools", call, Some(&result));
                 reports.extend(self.run_post(hook, "post_tools", &input).await);
             }
-            if self.auto_commit {
-                let report = self.auto_commit(call, &mut result, before).await;
+            if let Some(before) = before {
+                let report = self
+                    .auto_commit(call, &mut result, reports_files, before)
+                    .await;
                 reports.push(report);
             }
         }
@@ -606,11 +620,15 @@ impl Hooks {
         }
     }
 
-    /// The dirty paths of the repository (inside the workspace) and their content now.
-    async fn snapshot(&self) -> Result<Snapshot, String> {
+    /// The dirty paths of the repository (inside the workspace), and with `hash` their
+    /// content now (without, every content is `None`: only the paths are wanted).
+    async fn snapshot(&self, hash: bool) -> Result<Snapshot, String> {
         let _guard = self.git_lock.lock().await;
         let repo = self.repo().await?;
         let dirty = repo.status(&self.root).await?;
+        if !hash {
+            return Ok(dirty.into_iter().map(|p| (p, None)).collect());
+        }
         let top = repo.top.clone();
         tokio::task::spawn_blocking(move || {
             dirty
@@ -625,13 +643,20 @@ impl Hooks {
         .map_err(|e| format!("hashing the changed files failed: {e}"))
     }
 
+    /// Commit what the call changed, leaving out every path that was dirty before it (`before`):
+    /// those hold the user's uncommitted work, which a `toolyard:` commit must never take.
     async fn auto_commit(
         &self,
         call: &HookCall,
         result: &mut ToolResult,
-        before: Option<Result<Snapshot, String>>,
+        reports_files: bool,
+        before: Result<Snapshot, String>,
     ) -> HookReport {
         let report = HookReport::new("post_tools", "auto_commit", HookStatus::Ok);
+        let before = match before {
+            Ok(b) => b,
+            Err(e) => return report.status_msg(HookStatus::Failed, e),
+        };
         let _guard = self.git_lock.lock().await;
         let repo = match self.repo().await {
             Ok(r) => r,
@@ -641,49 +666,66 @@ impl Hooks {
             Ok(d) => d,
             Err(e) => return report.status_msg(HookStatus::Failed, e),
         };
-        let paths: Vec<Vec<u8>> = match before {
-            None => {
-                let wanted: HashSet<Vec<u8>> = result
-                    .files_changed
-                    .iter()
-                    .map(|f| [repo.prefix.as_slice(), f.as_bytes()].concat())
-                    .collect();
-                dirty.into_iter().filter(|p| wanted.contains(p)).collect()
-            }
-            Some(Err(e)) => return report.status_msg(HookStatus::Failed, e),
-            Some(Ok(before)) => {
-                let top = repo.top.clone();
-                let changed = tokio::task::spawn_blocking(move || {
-                    dirty
-                        .into_iter()
-                        .filter(|p| match before.get(p) {
-                            None => true,
-                            Some(h) => content_hash(&top, p) != *h,
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .await;
-                match changed {
-                    Ok(c) => {
-                        if result.files_changed.is_empty() {
-                            result.files_changed =
-                                c.iter().map(|p| repo.workspace_relative(p)).collect();
-                        }
-                        c
+        let (paths, left_out): (Vec<Vec<u8>>, Vec<Vec<u8>>) = if reports_files {
+            let wanted: HashSet<Vec<u8>> = result
+                .files_changed
+                .iter()
+                .map(|f| [repo.prefix.as_slice(), f.as_bytes()].concat())
+                .collect();
+            dirty
+                .into_iter()
+                .filter(|p| wanted.contains(p))
+                .partition(|p| !before.contains_key(p))
+        } else {
+            let top = repo.top.clone();
+            let changed = tokio::task::spawn_blocking(move || {
+                let mut fresh = Vec::new();
+                let mut again = Vec::new();
+                for p in dirty {
+                    match before.get(&p) {
+                        None => fresh.push(p),
+                        Some(h) if content_hash(&top, &p) != *h => again.push(p),
+                        // Dirty before and untouched by the call: not its change.
+                        Some(_) => {}
                     }
-                    Err(e) => {
-                        return report.status_msg(
-                            HookStatus::Failed,
-                            format!("hashing the changed files failed: {e}"),
-                        );
+                }
+                (fresh, again)
+            })
+            .await;
+            match changed {
+                Ok((fresh, again)) => {
+                    if result.files_changed.is_empty() {
+                        result.files_changed = fresh
+                            .iter()
+                            .chain(&again)
+                            .map(|p| repo.workspace_relative(p))
+                            .collect();
                     }
+                    (fresh, again)
+                }
+                Err(e) => {
+                    return report.status_msg(
+                        HookStatus::Failed,
+                        format!("hashing the changed files failed: {e}"),
+                    );
                 }
             }
         };
+        let mut report = report;
+        report.left_out = left_out
+            .iter()
+            .map(|p| repo.workspace_relative(p))
+            .collect();
+        let left_note = left_out_message(&report.left_out);
         let files: Vec<String> = paths.iter().map(|p| repo.workspace_relative(p)).collect();
         if paths.is_empty() {
-            return report.status_msg(HookStatus::Skipped, "no change to commit");
+            let msg = match left_note {
+                Some(note) => format!("{note}; nothing else to commit"),
+                None => "no change to commit".into(),
+            };
+            return report.status_msg(HookStatus::Skipped, msg);
         }
+        report.message = left_note;
         let message = self
             .message
             .replace("{tool}", &call.tool)
@@ -716,8 +758,7 @@ impl Hooks {
             .await
             .map(|o| o.trim().to_string())
             .ok();
-        tracing::info!(tool = %call.tool, call = %call.call_id, commit = ?head, files = files.len(), "auto-committed");
-        let mut report = report;
+        tracing::info!(tool = %call.tool, call = %call.call_id, commit = ?head, files = files.len(), left_out = report.left_out.len(), "auto-committed");
         report.commit = head;
         report.files = files;
         report
@@ -902,6 +943,20 @@ fn failure_message(out: &ProcOutput, stderr: String) -> String {
         Some(s) if s.code().is_none() => format!("killed by a signal ({s})"),
         _ => "no output".into(),
     }
+}
+
+/// What auto-commit says of the files it left out, if any.
+fn left_out_message(left_out: &[String]) -> Option<String> {
+    let (had, them, stays) = match left_out.len() {
+        0 => return None,
+        1 => ("it had", "it", "it stays"),
+        _ => ("they had", "them", "they stay"),
+    };
+    Some(format!(
+        "left out {}: {had} uncommitted changes before the call, and committing {them} would \
+         take the user's own edits too; {stays} uncommitted",
+        left_out.join(", ")
+    ))
 }
 
 /// The content of `top/path` now, for comparing before and after a command: the bytes' hash

@@ -43,6 +43,7 @@ fn run(mode: &str, pattern: &str, dir: &Path) -> Result<u64, Box<dyn std::error:
                 file_pattern: None,
                 context: 0,
                 limits: None,
+                hidden: false,
             };
             let outcome = grep::search(&ws, &query, &cancel)?;
             out.write_all(grep::render(&outcome, 0).as_bytes())?;
@@ -53,6 +54,7 @@ fn run(mode: &str, pattern: &str, dir: &Path) -> Result<u64, Box<dyn std::error:
                 pattern: pattern.to_string(),
                 root: RelPath::root(),
                 limit: None,
+                hidden: false,
             };
             let outcome = glob::find(&ws, &query, &cancel)?;
             for hit in &outcome.hits {

@@ -122,10 +122,7 @@ async fn grep_prints_path_line_text_sorted_by_path_then_line() {
     let data = r.data.unwrap();
     assert_eq!(data["total_matches"], 3);
     assert_eq!(data["total_files"], 2);
-    assert_eq!(
-        data["matches"][0],
-        json!({"path": "a/z.rs", "line": 1, "text": "needle here"})
-    );
+    assert_eq!(data["files"][0], json!({"path": "a/z.rs", "matches": 2}));
     assert_eq!(data["truncated"], false);
 }
 
@@ -290,7 +287,18 @@ async fn grep_honours_gitignore_hidden_and_noise_dirs_and_skips_binaries() {
     fs::write(f.root().join("bin.dat"), b"needle\0\x01\x02needle").unwrap();
     write(f.root(), "kept.txt", "needle\n");
     let r = f.grep(json!({"pattern": "needle"})).await;
-    assert_eq!(ok(&r), "kept.txt:1:needle\nsrc/target/t.rs:1:needle\n");
+    // .gitignore, .hidden/ and .env are hidden (and counted); .git is never searched.
+    assert_eq!(
+        ok(&r),
+        "kept.txt:1:needle\nsrc/target/t.rs:1:needle\n\
+         [3 hidden entries skipped; pass hidden: true to include them]\n"
+    );
+    // `hidden` opens the dotfiles, never .git, node_modules or ignored files.
+    let r = f.grep(json!({"pattern": "needle", "hidden": true})).await;
+    assert_eq!(
+        ok(&r),
+        ".env:1:needle\n.hidden/h.txt:1:needle\nkept.txt:1:needle\nsrc/target/t.rs:1:needle\n"
+    );
     // Naming a hidden directory searches it; a pattern naming a hidden file opts in.
     let r = f
         .grep(json!({"pattern": "needle", "path": ".hidden"}))
@@ -413,7 +421,10 @@ async fn glob_honours_gitignore_and_hidden_and_returns_files_only() {
     write(f.root(), "conf/a.yml", "");
     fs::create_dir_all(f.root().join("dir.yml")).unwrap();
     let r = f.glob(json!({"pattern": "**/*.yml"})).await;
-    assert_eq!(ok(&r), "conf/a.yml\n");
+    assert_eq!(
+        ok(&r),
+        "conf/a.yml\n[1 hidden entry skipped; pass hidden: true to include them]\n"
+    );
     let r = f.glob(json!({"pattern": ".github/**/*.yml"})).await;
     assert_eq!(ok(&r), ".github/workflows/ci.yml\n");
 }
@@ -455,13 +466,7 @@ async fn list_directory_shows_two_levels_dirs_first_with_sizes() {
     assert_eq!(out, expected);
     let data = r.data.unwrap();
     assert_eq!(data["total"], 8);
-    assert!(
-        data["entries"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["path"] == "src/main.rs" && e["size"] == 13 && e["is_dir"] == false)
-    );
+    assert_eq!(data["shown"], 8);
 }
 
 #[tokio::test]
@@ -477,7 +482,9 @@ async fn list_directory_caps_fairly_and_counts_the_rest() {
     let out = ok(&r);
     let data = r.data.as_ref().unwrap();
     assert_eq!(data["total"], 4 + 1200 + 1);
-    assert_eq!(data["entries"].as_array().unwrap().len(), 500);
+    assert_eq!(data["shown"], 500);
+    assert_eq!(data["omitted"], 1205 - 500);
+    assert_eq!(data["truncated"], true);
     // 4 top-level entries, `small/one`, and the rest shared evenly by a, b, c.
     assert!(out.contains("└── … 235 more"), "{out}");
     assert!(out.contains("small/\n    └── one (0 B)") || out.contains("small/\n│   └── one"));
@@ -522,4 +529,151 @@ async fn list_files_is_flat_or_recursive_with_seed_003_shape() {
         .map(|e| e["path"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(files, ["src/a", "src/a/b", "src/main.rs"]);
+}
+
+#[tokio::test]
+async fn glob_counts_skipped_hidden_entries_and_includes_them_on_request() {
+    let f = Fixture::new();
+    write(f.root(), ".github/workflows/ci.yml", "");
+    write(f.root(), ".hidden.yml", "");
+    write(f.root(), ".gitignore", "");
+    write(f.root(), "conf/a.yml", "");
+    write(f.root(), ".git/x.yml", "");
+    write(f.root(), "node_modules/m.yml", "");
+    let r = f.glob(json!({"pattern": "*.yml"})).await;
+    // `.github/` and `.hidden.yml` could hold matches; `.gitignore` cannot match `*.yml`, and
+    // `.git` is never searched, so neither counts.
+    assert_eq!(
+        ok(&r),
+        "conf/a.yml\n[2 hidden entries skipped; pass hidden: true to include them]\n"
+    );
+    assert_eq!(r.data.as_ref().unwrap()["hidden_skipped"], 2);
+    let r = f.glob(json!({"pattern": "*.yml", "hidden": true})).await;
+    let mut paths: Vec<&str> = ok(&r).lines().collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [".github/workflows/ci.yml", ".hidden.yml", "conf/a.yml"]
+    );
+    assert_eq!(r.data.as_ref().unwrap()["hidden_skipped"], 0);
+    // Nothing visible matches: the empty message still says where to look.
+    let r = f.glob(json!({"pattern": "ci.yml"})).await;
+    assert_eq!(
+        ok(&r),
+        "No files match `ci.yml` in the workspace root.\n\
+         [1 hidden entry skipped; pass hidden: true to include them]\n"
+    );
+}
+
+#[tokio::test]
+async fn grep_counts_skipped_hidden_entries_and_includes_them_on_request() {
+    let f = Fixture::new();
+    write(f.root(), ".github/workflows/ci.yml", "needle\n");
+    write(f.root(), ".env", "needle\n");
+    write(f.root(), "kept.txt", "needle\n");
+    write(f.root(), ".git/config", "needle\n");
+    write(f.root(), "node_modules/m.js", "needle\n");
+    let r = f.grep(json!({"pattern": "needle"})).await;
+    assert_eq!(
+        ok(&r),
+        "kept.txt:1:needle\n[2 hidden entries skipped; pass hidden: true to include them]\n"
+    );
+    assert_eq!(r.data.as_ref().unwrap()["hidden_skipped"], 2);
+    let r = f.grep(json!({"pattern": "needle", "hidden": true})).await;
+    assert_eq!(
+        ok(&r),
+        ".env:1:needle\n.github/workflows/ci.yml:1:needle\nkept.txt:1:needle\n"
+    );
+    assert_eq!(r.data.as_ref().unwrap()["hidden_skipped"], 0);
+    // A file pattern the hidden file cannot match does not count it.
+    let r = f
+        .grep(json!({"pattern": "needle", "file_pattern": "*.txt"}))
+        .await;
+    assert_eq!(
+        ok(&r),
+        "kept.txt:1:needle\n[1 hidden entry skipped; pass hidden: true to include them]\n"
+    );
+    let r = f.grep(json!({"pattern": "absent"})).await;
+    assert!(
+        ok(&r).ends_with("[2 hidden entries skipped; pass hidden: true to include them]\n"),
+        "{}",
+        r.output
+    );
+}
+
+#[tokio::test]
+async fn empty_results_name_the_directory_plainly() {
+    let f = Fixture::new();
+    write(f.root(), "src/a/x.txt", "hay\n");
+    fs::create_dir_all(f.root().join("empty/dir")).unwrap();
+    fs::create_dir_all(f.root().join("bare")).unwrap();
+    let r = f.glob(json!({"pattern": "*.go"})).await;
+    assert_eq!(ok(&r), "No files match `*.go` in the workspace root.\n");
+    let r = f.glob(json!({"pattern": "*.go", "path": "src/a"})).await;
+    assert_eq!(ok(&r), "No files match `*.go` in src/a.\n");
+    let r = f.grep(json!({"pattern": "needle"})).await;
+    assert_eq!(
+        ok(&r),
+        "No matches for `needle` in the workspace root (1 files searched).\n"
+    );
+    let r = f
+        .grep(json!({"pattern": "needle", "path": "src/a", "file_pattern": "*.txt"}))
+        .await;
+    assert_eq!(
+        ok(&r),
+        "No matches for `needle` in src/a (files matching `*.txt`) (1 files searched).\n"
+    );
+    let r = f.list(json!({"path": "bare"})).await;
+    assert_eq!(ok(&r), "bare is empty (or holds only ignored entries).\n");
+    let g = Fixture::new();
+    let r = g.list(json!({})).await;
+    assert_eq!(
+        ok(&r),
+        "The workspace root is empty (or holds only ignored entries).\n"
+    );
+}
+
+#[tokio::test]
+async fn search_data_carries_counts_and_paths_not_the_output_again() {
+    let f = Fixture::new();
+    write(
+        f.root(),
+        "a.txt",
+        "the needle line one\nthe needle line two\n",
+    );
+    write(f.root(), "b.txt", "another needle line\n");
+    write(f.root(), "src/c.rs", "");
+    let r = f.grep(json!({"pattern": "needle"})).await;
+    let data = r.data.clone().unwrap();
+    let text = data.to_string();
+    assert!(
+        !text.contains("needle line"),
+        "grep data repeats the lines: {text}"
+    );
+    assert_eq!(
+        data["files"],
+        json!([{"path": "a.txt", "matches": 2}, {"path": "b.txt", "matches": 1}])
+    );
+    assert_eq!(data["total_matches"], 3);
+    assert_eq!(data["truncated"], false);
+
+    let r = f.glob(json!({"pattern": "*.txt"})).await;
+    let data = r.data.clone().unwrap();
+    assert!(
+        data.get("files").is_none(),
+        "glob data lists paths twice: {data}"
+    );
+    assert_eq!(data["paths"].as_array().unwrap().len(), 2);
+    assert_eq!(data["total"], 2);
+
+    let r = f.list(json!({})).await;
+    let data = r.data.clone().unwrap();
+    assert!(
+        data.get("entries").is_none(),
+        "list data repeats the tree: {data}"
+    );
+    assert_eq!(data["total"], 4);
+    assert_eq!(data["shown"], 4);
+    assert_eq!(data["omitted"], 0);
+    assert_eq!(data["truncated"], false);
 }

@@ -315,3 +315,87 @@ fn auto_commit_refuses_a_repository_that_names_a_filter_program() {
     );
     assert_eq!(e.commits().len(), 1);
 }
+
+#[test]
+fn auto_commit_leaves_out_files_the_user_had_already_changed() {
+    let e = env("[hooks.post_tools]\nauto_commit = true\n");
+    e.git_init();
+    for f in ["edited.txt", "cmd.txt", "clean.txt"] {
+        std::fs::write(e.ws.join(f), "one\n").unwrap();
+    }
+    e.git(&["add", "."]);
+    e.git(&["commit", "-q", "-m", "base"]);
+    // The user's own work in progress: modified, staged, and untracked.
+    std::fs::write(e.ws.join("edited.txt"), "one\nuser's line\n").unwrap();
+    std::fs::write(e.ws.join("cmd.txt"), "one\nuser's line\n").unwrap();
+    std::fs::write(e.ws.join("staged.txt"), "user's staged file\n").unwrap();
+    e.git(&["add", "staged.txt"]);
+    std::fs::write(e.ws.join("untracked.txt"), "user's file\n").unwrap();
+
+    // A file tool editing a file the user had changed: nothing to commit, and it says why.
+    e.ok("read_file", json!({"path": "edited.txt"}));
+    let v = e.ok(
+        "edit_file",
+        json!({"path": "edited.txt", "old_string": "one", "new_string": "two"}),
+    );
+    let hook = &hooks_of(&v)[0];
+    assert_eq!(hook["status"], "skipped", "{v}");
+    assert_eq!(hook["left_out"], json!(["edited.txt"]), "{v}");
+    let out = v["output"].as_str().unwrap();
+    assert!(
+        out.contains("left out edited.txt: it had uncommitted changes before the call"),
+        "{out}"
+    );
+    assert_eq!(e.commits().len(), 2, "no commit for the user's file");
+
+    // A file tool touching a dirty file and a clean one commits only the clean one.
+    e.ok("read_file", json!({"path": "untracked.txt"}));
+    let v = e.ok(
+        "write_file",
+        json!({"path": "untracked.txt", "content": "agent\n"}),
+    );
+    assert_eq!(hooks_of(&v)[0]["left_out"], json!(["untracked.txt"]), "{v}");
+    e.ok("read_file", json!({"path": "staged.txt"}));
+    let v = e.ok(
+        "write_file",
+        json!({"path": "staged.txt", "content": "agent\n"}),
+    );
+    assert_eq!(hooks_of(&v)[0]["left_out"], json!(["staged.txt"]), "{v}");
+    let v = e.ok(
+        "write_file",
+        json!({"path": "new.txt", "content": "agent\n"}),
+    );
+    assert_eq!(hooks_of(&v)[0]["status"], "ok", "{v}");
+    assert_eq!(e.commits()[0].1, vec!["new.txt".to_string()]);
+
+    // A command changing a dirty file and a clean one commits only the clean one.
+    let v = e.ok(
+        "run_command",
+        json!({"command": "echo agent >> cmd.txt && echo agent >> clean.txt"}),
+    );
+    let hook = &hooks_of(&v)[0];
+    assert_eq!(hook["status"], "ok", "{v}");
+    assert_eq!(hook["files"], json!(["clean.txt"]), "{v}");
+    assert_eq!(hook["left_out"], json!(["cmd.txt"]), "{v}");
+    let out = v["output"].as_str().unwrap();
+    assert!(
+        out.contains("left out cmd.txt: it had uncommitted changes before the call"),
+        "{out}"
+    );
+    let commits = e.commits();
+    assert_eq!(commits.len(), 4, "{commits:?}");
+    assert_eq!(commits[0].1, vec!["clean.txt".to_string()]);
+    // What HEAD holds of the user's files is what the user last committed.
+    assert_eq!(e.git(&["show", "HEAD:edited.txt"]), "one\n");
+    assert_eq!(e.git(&["show", "HEAD:cmd.txt"]), "one\n");
+    assert_eq!(e.git(&["show", "HEAD:clean.txt"]), "one\nagent\n");
+    let status = e.git(&["status", "--porcelain"]);
+    for line in [
+        " M edited.txt",
+        " M cmd.txt",
+        "AM staged.txt",
+        "?? untracked.txt",
+    ] {
+        assert!(status.contains(line), "{line} missing from {status}");
+    }
+}

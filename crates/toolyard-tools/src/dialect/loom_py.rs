@@ -223,6 +223,7 @@ impl TypedTool for SearchFiles {
                     path: args.path,
                     file_pattern: args.file_pattern,
                     context: None,
+                    hidden: false,
                 },
                 ctx,
             )

@@ -1,5 +1,6 @@
 //! `glob`: find files by path pattern (ignore + globset), newest first.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -26,9 +27,9 @@ first. A pattern without `/` matches file names at any depth (`*.rs` = `**/*.rs`
 .gitignore); a pattern with `/` is anchored at `path` (`src/*.rs` only directly in src, \
 `src/**/mod.rs` at any depth below it). `*` stays within one directory, `**` crosses them, \
 `{a,b}` and `[a-z]` work; case-sensitive. Returns files only (not directories or symlinks). \
-Honours .gitignore, skips hidden files unless the pattern names a hidden component \
-(`.github/**`), and always skips .git, node_modules, __pycache__ and cargo target dirs. \
-Shows at most 100 paths and says how many more matched.";
+Honours .gitignore; skips hidden files (and says how many) unless `hidden` is true or the \
+pattern names a hidden component (`.github/**`); always skips .git, node_modules, __pycache__ \
+and cargo target dirs. Shows at most 100 paths and says how many more matched.";
 
 /// Arguments of `glob`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -39,6 +40,10 @@ pub struct GlobArgs {
     /// Directory to search in, relative to the working directory (default: `.`).
     #[serde(default)]
     pub path: Option<String>,
+    /// Include hidden files and directories (names starting with `.`, like .github or .env;
+    /// default false). .git and node_modules stay skipped.
+    #[serde(default)]
+    pub hidden: bool,
 }
 
 /// One glob search, independent of any dialect.
@@ -50,6 +55,8 @@ pub struct GlobQuery {
     pub root: RelPath,
     /// Most paths returned (the newest), or `None` for all of them.
     pub limit: Option<usize>,
+    /// Include hidden entries (a pattern naming a hidden component includes them anyway).
+    pub hidden: bool,
 }
 
 /// One file found.
@@ -70,6 +77,9 @@ pub struct GlobOutcome {
     pub hits: Vec<GlobHit>,
     /// Files that matched, returned or not.
     pub total: u64,
+    /// Hidden entries skipped that could have held matches (hidden directories, and hidden
+    /// files the pattern matches).
+    pub hidden_skipped: u64,
 }
 
 /// Find the files beneath `query.root` matching `query.pattern`, newest first.
@@ -117,7 +127,19 @@ pub fn find(
         cancel,
         merged: Mutex::new(Collected::default()),
     };
-    walk::builder(&ws.absolute(&walk_root), glob.wants_hidden)
+    let skipped = Arc::new(AtomicU64::new(0));
+    let walker = if query.hidden || glob.wants_hidden {
+        walk::builder(&ws.absolute(&walk_root), true)
+    } else {
+        let matcher = glob.clone();
+        let ws_root = shared.ws_root.to_vec();
+        let prefix = shared.search_prefix.to_vec();
+        walk::builder_counting_hidden(&ws.absolute(&walk_root), skipped.clone(), move |e| {
+            walk::rel_bytes(e.path(), &ws_root)
+                .is_some_and(|rel| matcher.is_match(walk::below(rel, &prefix)))
+        })
+    };
+    walker
         .build_parallel()
         .visit(&mut VisitorBuilder { shared: &shared });
     if cancel.is_cancelled() {
@@ -141,6 +163,7 @@ pub fn find(
     Ok(GlobOutcome {
         hits: collected.hits,
         total: collected.total,
+        hidden_skipped: skipped.load(Ordering::Relaxed),
     })
 }
 
@@ -323,12 +346,20 @@ impl TypedTool for GlobTool {
             pattern: args.pattern.clone(),
             root: root.clone(),
             limit: Some(DEFAULT_GLOB_LIMIT),
+            hidden: args.hidden,
         };
         let env = self.env.clone();
         let cancel = ctx.cancel.clone();
         let outcome = super::blocking(move || find(&env.workspace, &query, &cancel)).await?;
+        let hidden_note = walk::hidden_note(outcome.hidden_skipped);
         let output = if outcome.hits.is_empty() {
-            format!("No files match `{}` in {root}.", args.pattern)
+            let mut text = format!(
+                "No files match `{}` in {}.\n",
+                args.pattern,
+                walk::place(&root)
+            );
+            text.push_str(hidden_note.as_deref().unwrap_or_default());
+            text
         } else {
             let mut text = String::new();
             for h in &outcome.hits {
@@ -342,25 +373,16 @@ impl TypedTool for GlobTool {
                     outcome.total
                 ));
             }
+            text.push_str(hidden_note.as_deref().unwrap_or_default());
             let budget = super::output_budget(&self.env, "glob", ctx.max_output_bytes);
             head_tail(&text, budget, Some("narrow the pattern or path")).text
         };
-        let files: Vec<_> = outcome
-            .hits
-            .iter()
-            .map(|h| {
-                let secs = h
-                    .modified
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                json!({"path": h.path, "size": h.size, "modified": secs})
-            })
-            .collect();
+        // The paths are the output already; data adds only what a program needs beside them.
         let data = json!({
             "paths": outcome.hits.iter().map(|h| h.path.as_str()).collect::<Vec<_>>(),
-            "files": files,
             "total": outcome.total,
             "truncated": outcome.total > outcome.hits.len() as u64,
+            "hidden_skipped": outcome.hidden_skipped,
         });
         Ok(ToolResult::ok(output).with_data(data))
     }

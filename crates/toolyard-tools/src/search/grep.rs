@@ -1,5 +1,6 @@
 //! `grep`: ripgrep's engine in process (grep-regex, grep-searcher, the `ignore` parallel walker).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -31,9 +32,9 @@ in process). Output is `path:line:text` for matches and `path-line-text` for con
 with `--` between groups, sorted by path then line. Smart case: an all-lowercase pattern \
 matches case-insensitively, any uppercase letter makes it case-sensitive (prefix `(?-i)` to \
 force case-sensitivity, `(?i)` to force insensitivity). Rust regex syntax (escape `(`, `.`, \
-`{` to match them literally). Honours .gitignore, skips hidden files (unless `path` or \
-`file_pattern` names one), binary files, .git, node_modules, __pycache__ and cargo target \
-dirs; never follows symlinks. `path` may be a directory or a single file. Shows about 50 files \
+`{` to match them literally). Honours .gitignore; skips hidden files (and says how many) \
+unless `hidden` is true or `path` or `file_pattern` names one; skips binary files, .git, \
+node_modules, __pycache__ and cargo target dirs; never follows symlinks. `path` may be a directory or a single file. Shows about 50 files \
 / 200 matching lines, then says how many more there are; lines over 500 characters are cut.";
 
 /// Arguments of `grep`.
@@ -51,6 +52,10 @@ pub struct GrepArgs {
     /// Lines of context to show before and after each match (0-20, default 0).
     #[serde(default)]
     pub context: Option<usize>,
+    /// Include hidden files and directories (names starting with `.`, like .github or .env;
+    /// default false). .git and node_modules stay skipped.
+    #[serde(default)]
+    pub hidden: bool,
 }
 
 /// How much of the result to keep; `None` in [`GrepQuery::limits`] keeps everything.
@@ -84,6 +89,8 @@ pub struct GrepQuery {
     pub context: usize,
     /// The cap on what is kept, or `None` for everything.
     pub limits: Option<GrepLimits>,
+    /// Include hidden entries (a file pattern naming a hidden component includes them anyway).
+    pub hidden: bool,
 }
 
 /// One line of grep output.
@@ -121,6 +128,9 @@ pub struct GrepOutcome {
     pub total_matches: u64,
     /// Files searched.
     pub searched_files: u64,
+    /// Hidden entries skipped that could have held matches (hidden directories, and hidden
+    /// files the file pattern accepts).
+    pub hidden_skipped: u64,
 }
 
 impl GrepOutcome {
@@ -165,14 +175,27 @@ pub fn search(
         .metadata(&query.root)?
         .ok_or_else(|| ToolError::FileNotFound(query.root.as_path().to_path_buf()))?;
     let root_abs = ws.absolute(&query.root);
-    let hidden = file_glob.as_ref().is_some_and(|g| g.wants_hidden);
-    let walker = walk::builder(&root_abs, hidden).build_parallel();
     let ws_root = ws.root().as_os_str().as_encoded_bytes();
     let search_prefix = if query.root.is_root() {
         ""
     } else {
         query.root.as_str()
     };
+    let skipped = Arc::new(AtomicU64::new(0));
+    let walker = if query.hidden || file_glob.as_ref().is_some_and(|g| g.wants_hidden) {
+        walk::builder(&root_abs, true)
+    } else {
+        let glob = file_glob.clone();
+        let ws_root = ws_root.to_vec();
+        let prefix = search_prefix.as_bytes().to_vec();
+        walk::builder_counting_hidden(&root_abs, skipped.clone(), move |e| {
+            glob.as_ref().is_none_or(|g| {
+                walk::rel_bytes(e.path(), &ws_root)
+                    .is_some_and(|rel| g.is_match(walk::below(rel, &prefix)))
+            })
+        })
+    }
+    .build_parallel();
     let shared = Shared {
         ws,
         ws_root,
@@ -193,7 +216,8 @@ pub fn search(
     if cancel.is_cancelled() {
         return Err(ToolError::Cancelled);
     }
-    let outcome = select(collected, query.limits, query.context.min(MAX_CONTEXT));
+    let mut outcome = select(collected, query.limits, query.context.min(MAX_CONTEXT));
+    outcome.hidden_skipped = skipped.load(Ordering::Relaxed);
     tracing::debug!(
         pattern = %query.pattern,
         root = %query.root,
@@ -437,6 +461,7 @@ fn select(mut c: Collected, limits: Option<GrepLimits>, context: usize) -> GrepO
         total_files: c.total_files,
         total_matches: c.total_matches,
         searched_files: c.searched,
+        hidden_skipped: 0,
     };
     let Some(limits) = limits else {
         outcome.files = c.files;
@@ -576,45 +601,49 @@ impl TypedTool for GrepTool {
             file_pattern: args.file_pattern.clone(),
             context,
             limits: Some(GrepLimits::default()),
+            hidden: args.hidden,
         };
         let env = self.env.clone();
         let cancel = ctx.cancel.clone();
         let outcome = super::blocking(move || search(&env.workspace, &query, &cancel)).await?;
         let budget = super::output_budget(&self.env, "grep", ctx.max_output_bytes);
+        let hidden_note = walk::hidden_note(outcome.hidden_skipped);
         let output = if outcome.total_matches == 0 {
             let filter = args
                 .file_pattern
                 .as_deref()
                 .map(|p| format!(" (files matching `{p}`)"))
                 .unwrap_or_default();
-            format!(
-                "No matches for `{}` in {}{filter} ({} files searched).",
-                args.pattern, root, outcome.searched_files
-            )
+            let mut text = format!(
+                "No matches for `{}` in {}{filter} ({} files searched).\n",
+                args.pattern,
+                walk::place(&root),
+                outcome.searched_files
+            );
+            text.push_str(hidden_note.as_deref().unwrap_or_default());
+            text
         } else {
             let mut text = render(&outcome, context);
             if let Some(f) = footer(&outcome) {
                 text.push_str(&f);
                 text.push('\n');
             }
+            text.push_str(hidden_note.as_deref().unwrap_or_default());
             head_tail(&text, budget, Some("narrow the pattern or path")).text
         };
-        let matches: Vec<_> = outcome
+        // The lines are the output already; data keeps the counts and which files matched.
+        let files: Vec<_> = outcome
             .files
             .iter()
-            .flat_map(|f| {
-                f.lines
-                    .iter()
-                    .filter(|l| l.is_match)
-                    .map(move |l| json!({"path": f.path, "line": l.number, "text": l.text}))
-            })
+            .map(|f| json!({"path": f.path, "matches": f.match_count}))
             .collect();
         let data = json!({
-            "matches": matches,
+            "files": files,
             "total_matches": outcome.total_matches,
             "total_files": outcome.total_files,
             "searched_files": outcome.searched_files,
             "truncated": outcome.truncated(),
+            "hidden_skipped": outcome.hidden_skipped,
         });
         Ok(ToolResult::ok(output).with_data(data))
     }

@@ -299,6 +299,16 @@ fn label(e: &TreeEntry) -> String {
     }
 }
 
+/// What a listing of an empty `root` says, naming it plainly.
+fn empty_message(root: &RelPath) -> String {
+    let place = if root.is_root() {
+        "The workspace root".to_string()
+    } else {
+        root.to_string()
+    };
+    format!("{place} is empty (or holds only ignored entries).\n")
+}
+
 /// The `list_directory` tool (loopr dialect).
 pub struct ListDirectoryTool {
     env: Arc<ToolEnv>,
@@ -338,7 +348,7 @@ impl TypedTool for ListDirectoryTool {
         let rel = root.clone();
         let tree = super::blocking(move || tree(&env.workspace, &rel, TREE_LIMIT)).await?;
         let mut text = if tree.total == 0 {
-            format!("{root}/ is empty (or holds only ignored entries).\n")
+            empty_message(&root)
         } else {
             render_tree(&tree)
         };
@@ -353,24 +363,13 @@ impl TypedTool for ListDirectoryTool {
         }
         let budget = super::output_budget(&self.env, "list_directory", ctx.max_output_bytes);
         let output = head_tail(&text, budget, Some("list a subdirectory")).text;
-        let entries: Vec<_> = tree
-            .shown
-            .iter()
-            .map(|e| {
-                json!({
-                    "path": e.path,
-                    "is_dir": e.is_dir,
-                    "is_symlink": e.is_symlink,
-                    "size": e.size,
-                    "depth": e.depth,
-                })
-            })
-            .collect();
+        // The tree is the output already; data keeps the counts a program needs beside it.
         let data = json!({
             "path": tree.root,
-            "entries": entries,
             "total": tree.total,
+            "shown": tree.shown.len(),
             "omitted": omitted,
+            "truncated": omitted > 0 || tree.walk_capped,
         });
         Ok(ToolResult::ok(output).with_data(data))
     }
@@ -445,7 +444,7 @@ impl TypedTool for ListFilesTool {
             }
         }
         if entries.is_empty() {
-            text = format!("{root}/ is empty (or holds only ignored entries).\n");
+            text = empty_message(&root);
         }
         if truncated {
             text.push_str(&format!(

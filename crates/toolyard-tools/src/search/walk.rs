@@ -4,6 +4,8 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ignore::{DirEntry, WalkBuilder};
 
@@ -14,13 +16,70 @@ pub(crate) const ALWAYS_SKIPPED: &[&str] = &[".git", "node_modules", "__pycache_
 /// git repository, symlinks never followed, hidden entries skipped unless `hidden`, and
 /// [`ALWAYS_SKIPPED`] plus cargo build directories pruned.
 pub(crate) fn builder(root: &Path, hidden: bool) -> WalkBuilder {
+    let mut b = base(root);
+    b.hidden(!hidden).filter_entry(|e| !is_pruned(e));
+    b
+}
+
+/// Like [`builder`] with hidden entries skipped, counting in `skipped` the hidden entries
+/// pruned that could have mattered: every hidden directory, and the hidden files `counts`
+/// accepts (a glob would match them).
+pub(crate) fn builder_counting_hidden(
+    root: &Path,
+    skipped: Arc<AtomicU64>,
+    counts: impl Fn(&DirEntry) -> bool + Send + Sync + 'static,
+) -> WalkBuilder {
+    let mut b = base(root);
+    // The walker's own hidden filter runs before `filter_entry` and cannot count, so hidden
+    // names are pruned here instead; ignored entries were already dropped by then.
+    b.hidden(false).filter_entry(move |e| {
+        if is_pruned(e) {
+            return false;
+        }
+        if e.depth() > 0 && is_hidden(e.file_name()) {
+            let ft = e.file_type();
+            if ft.is_some_and(|t| t.is_dir()) || (ft.is_some_and(|t| t.is_file()) && counts(e)) {
+                skipped.fetch_add(1, Ordering::Relaxed);
+            }
+            return false;
+        }
+        true
+    });
+    b
+}
+
+fn base(root: &Path) -> WalkBuilder {
     let mut b = WalkBuilder::new(root);
     b.follow_links(false)
-        .hidden(!hidden)
         // A workspace need not be a git checkout; its .gitignore still says what is noise.
-        .require_git(false)
-        .filter_entry(|e| !is_pruned(e));
+        .require_git(false);
     b
+}
+
+/// A dotfile name, as ripgrep defines hidden on Unix.
+fn is_hidden(name: &OsStr) -> bool {
+    name.as_bytes().first() == Some(&b'.')
+}
+
+/// The line that says hidden entries were skipped and how to include them, if any were.
+pub(crate) fn hidden_note(skipped: u64) -> Option<String> {
+    match skipped {
+        0 => None,
+        1 => Some("[1 hidden entry skipped; pass hidden: true to include them]\n".into()),
+        n => Some(format!(
+            "[{n} hidden entries skipped; pass hidden: true to include them]\n"
+        )),
+    }
+}
+
+/// How an empty-result message names the searched directory: "the workspace root" or its
+/// workspace-relative path.
+pub(crate) fn place(root: &toolyard_workspace::RelPath) -> String {
+    if root.is_root() {
+        "the workspace root".into()
+    } else {
+        root.as_str().to_string()
+    }
 }
 
 /// Whether the walk should not descend into (or report) `entry`.
