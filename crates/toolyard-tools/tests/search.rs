@@ -12,7 +12,9 @@ use toolyard_tools::ToolEnv;
 use toolyard_tools::search::{self, GlobTool, GrepTool, ListDirectoryTool, ListFilesTool};
 
 fn env(root: &Path) -> Arc<ToolEnv> {
-    Arc::new(ToolEnv::open(root, Catalog::builtin()).expect("open env"))
+    // Inside the temp workspace (hidden from the tools), never the user's state directory.
+    let state = root.join(".test-state");
+    Arc::new(ToolEnv::open_with_state(root, Catalog::builtin(), Some(&state)).expect("open env"))
 }
 
 fn write(root: &Path, rel: &str, content: &str) {

@@ -41,7 +41,9 @@ impl Fixture {
         ] {
             fs::write(outside.join(p), format!("needle {SECRET}\n")).unwrap();
         }
-        let env = Arc::new(ToolEnv::open(&ws, Catalog::builtin()).unwrap());
+        let state = tmp.path().join("state");
+        let env =
+            Arc::new(ToolEnv::open_with_state(&ws, Catalog::builtin(), Some(&state)).unwrap());
         let ws = env.workspace.root().to_path_buf();
         Self {
             _tmp: tmp,

@@ -355,6 +355,26 @@ fn serving_from_home_keeps_the_state_directory_out_of_the_tools_reach() {
         assert!(text(&o).contains("state directory"), "{tool}: {}", text(&o));
     }
     assert_eq!(std::fs::read(&db).unwrap(), before);
+    // Nor do the search tools show it, hidden files included.
+    for (tool, args) in [
+        ("glob", r#"{"pattern":"**/*","hidden":true}"#),
+        ("grep", r#"{"pattern":"new","hidden":true}"#),
+        ("list_directory", r#"{"path":".local/state"}"#),
+    ] {
+        let o = run(&["call", "--inline", tool, args]);
+        let out = text(&o);
+        assert!(
+            !out.contains("state.db") && !out.contains("toolyard"),
+            "{tool}: {out}"
+        );
+    }
+    let o = run(&[
+        "call",
+        "--inline",
+        "glob",
+        r#"{"pattern":"**/*","hidden":true}"#,
+    ]);
+    assert!(text(&o).contains("notes.txt"), "{}", text(&o));
     let o = run(&["log"]);
     assert!(text(&o).contains("new.txt"), "{}", text(&o));
 }

@@ -129,12 +129,12 @@ pub fn find(
     };
     let skipped = Arc::new(AtomicU64::new(0));
     let walker = if query.hidden || glob.wants_hidden {
-        walk::builder(&ws.absolute(&walk_root), true)
+        walk::builder(ws, &ws.absolute(&walk_root), true)
     } else {
         let matcher = glob.clone();
         let ws_root = shared.ws_root.to_vec();
         let prefix = shared.search_prefix.to_vec();
-        walk::builder_counting_hidden(&ws.absolute(&walk_root), skipped.clone(), move |e| {
+        walk::builder_counting_hidden(ws, &ws.absolute(&walk_root), skipped.clone(), move |e| {
             walk::rel_bytes(e.path(), &ws_root)
                 .is_some_and(|rel| matcher.is_match(walk::below(rel, &prefix)))
         })

@@ -183,12 +183,12 @@ pub fn search(
     };
     let skipped = Arc::new(AtomicU64::new(0));
     let walker = if query.hidden || file_glob.as_ref().is_some_and(|g| g.wants_hidden) {
-        walk::builder(&root_abs, true)
+        walk::builder(ws, &root_abs, true)
     } else {
         let glob = file_glob.clone();
         let ws_root = ws_root.to_vec();
         let prefix = search_prefix.as_bytes().to_vec();
-        walk::builder_counting_hidden(&root_abs, skipped.clone(), move |e| {
+        walk::builder_counting_hidden(ws, &root_abs, skipped.clone(), move |e| {
             glob.as_ref().is_none_or(|g| {
                 walk::rel_bytes(e.path(), &ws_root)
                     .is_some_and(|rel| g.is_match(walk::below(rel, &prefix)))

@@ -101,7 +101,7 @@ fn walk_entries(
     let ws_root = ws.root().as_os_str().as_encoded_bytes();
     let mut listing = Listing::default();
     // Hidden entries are shown: a listing is how a model discovers `.github/` or `.env`.
-    let walker = walk::builder(&ws.absolute(root), true)
+    let walker = walk::builder(ws, &ws.absolute(root), true)
         .max_depth(Some(max_depth))
         // Sorted so that a capped walk keeps the same entries every time.
         .sort_by_file_name(|a, b| a.cmp(b))

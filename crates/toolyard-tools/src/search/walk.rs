@@ -8,16 +8,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ignore::{DirEntry, WalkBuilder};
+use toolyard_workspace::Workspace;
 
 /// Directory names never descended into, whatever the ignore files say.
 pub(crate) const ALWAYS_SKIPPED: &[&str] = &[".git", "node_modules", "__pycache__"];
 
-/// A walker over `root` (absolute) with Toolyard's rules: ignore files honoured even outside a
-/// git repository, symlinks never followed, hidden entries skipped unless `hidden`, and
-/// [`ALWAYS_SKIPPED`] plus cargo build directories pruned.
-pub(crate) fn builder(root: &Path, hidden: bool) -> WalkBuilder {
+/// A walker over `root` (absolute, in `ws`) with Toolyard's rules: ignore files honoured even
+/// outside a git repository, symlinks never followed, hidden entries skipped unless `hidden`,
+/// [`ALWAYS_SKIPPED`] plus cargo build directories pruned, and so are the parts of `ws` the file
+/// tools may not read (Toolyard's state directory when the workspace holds it).
+pub(crate) fn builder(ws: &Workspace, root: &Path, hidden: bool) -> WalkBuilder {
     let mut b = base(root);
-    b.hidden(!hidden).filter_entry(|e| !is_pruned(e));
+    let off_limits = ws.hidden_paths();
+    b.hidden(!hidden)
+        .filter_entry(move |e| !is_pruned(e) && !off_limits.iter().any(|p| e.path() == p));
     b
 }
 
@@ -25,15 +29,17 @@ pub(crate) fn builder(root: &Path, hidden: bool) -> WalkBuilder {
 /// pruned that could have mattered: every hidden directory, and the hidden files `counts`
 /// accepts (a glob would match them).
 pub(crate) fn builder_counting_hidden(
+    ws: &Workspace,
     root: &Path,
     skipped: Arc<AtomicU64>,
     counts: impl Fn(&DirEntry) -> bool + Send + Sync + 'static,
 ) -> WalkBuilder {
     let mut b = base(root);
+    let off_limits = ws.hidden_paths();
     // The walker's own hidden filter runs before `filter_entry` and cannot count, so hidden
     // names are pruned here instead; ignored entries were already dropped by then.
     b.hidden(false).filter_entry(move |e| {
-        if is_pruned(e) {
+        if is_pruned(e) || off_limits.iter().any(|p| e.path() == p) {
             return false;
         }
         if e.depth() > 0 && is_hidden(e.file_name()) {
