@@ -163,6 +163,8 @@ fn main() -> ExitCode {
     // stdout belongs to the tool output (and to the MCP transport): logs go to stderr.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: clients save this log to files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TOOLYARD_LOG")
                 .unwrap_or_else(|_| "warn".into()),
