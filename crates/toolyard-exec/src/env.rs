@@ -122,6 +122,58 @@ impl EnvPolicy {
     }
 }
 
+/// Move the values of secret-looking variables (names on [`DEFAULT_SCRUB`]) out of the block
+/// `/proc/<pid>/environ` shows: they are copied to the heap, where this process still reads them
+/// with `std::env::var`, and overwritten with `*` in the original block, so a process that may
+/// read that file (same user, the kernel allows it even to a non-dumpable process) learns
+/// nothing.
+///
+/// # Safety
+/// Call first in `main`, while the process has one thread (it sets environment variables).
+pub unsafe fn hide_secrets_from_proc() {
+    use std::os::unix::ffi::OsStrExt;
+    let policy = EnvPolicy::default();
+    let secret: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| k.to_str().is_some_and(|k| policy.is_scrubbed(k)))
+        .collect();
+    if secret.is_empty() {
+        return;
+    }
+    for (k, v) in &secret {
+        // SAFETY: single-threaded, per this function's contract. Removing first makes libc
+        // point the variable at a fresh heap copy, not at the original block.
+        unsafe {
+            std::env::remove_var(k);
+            std::env::set_var(k, v);
+        }
+    }
+    let Some((start, end)) = environ_block() else {
+        return;
+    };
+    // SAFETY: [start, end) is this process's initial environment block (on its stack, mapped
+    // and writable); after the copies above nothing points into the values overwritten here.
+    let block = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, end - start) };
+    for entry in block.split_mut(|&b| b == 0) {
+        let Some(eq) = entry.iter().position(|&b| b == b'=') else {
+            continue;
+        };
+        if secret.iter().any(|(k, _)| k.as_bytes() == &entry[..eq]) {
+            entry[eq + 1..].fill(b'*');
+        }
+    }
+}
+
+/// `env_start` and `env_end` of this process (fields 50 and 51 of `/proc/self/stat`).
+fn environ_block() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces: count from the `)` that closes it.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = rest.split_whitespace().skip(50 - 3);
+    let start = fields.next()?.parse().ok()?;
+    let end: usize = fields.next()?.parse().ok()?;
+    (start != 0 && end > start).then_some((start, end))
+}
+
 /// `*` (any run) and `?` (one character) glob match, ASCII case-insensitive.
 fn glob_match(pattern: &str, name: &str) -> bool {
     // Environment names and patterns are ASCII in practice: match their bytes, allocation-free

@@ -407,6 +407,11 @@ fn spawn_tokio(
         .kill_on_drop(false);
     let prepared = tree::prepare(&mut cmd, mechanism)
         .map_err(|e| ToolError::Io(format!("preparing the command's cgroup: {e}")))?;
+    let layer = crate::sandbox::command_layer_fd();
+    // SAFETY: the hook makes raw syscalls only.
+    unsafe {
+        cmd.pre_exec(move || crate::sandbox::enter_command_domain(layer));
+    }
     match cmd.spawn() {
         Ok(mut child) => {
             let pid = child.id().unwrap_or(0);

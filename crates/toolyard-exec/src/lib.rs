@@ -25,6 +25,6 @@ pub mod policy;
 pub mod sandbox;
 mod tree;
 
-pub use env::{EnvPolicy, ExecConfig};
+pub use env::{EnvPolicy, ExecConfig, hide_secrets_from_proc};
 pub use exec::{ExecOutcome, ExecProgress, ExecRequest, run};
 pub use tree::{FORCE_MECHANISM_ENV, tree_kill_mechanism};

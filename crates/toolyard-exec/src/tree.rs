@@ -350,6 +350,8 @@ struct InitContext<'a> {
     report: libc::c_int,
     id_maps: Option<&'a IdMaps>,
     stack_top: *mut libc::c_void,
+    /// The nested Landlock ruleset the command enters before exec (-1: none).
+    layer: libc::c_int,
 }
 
 /// `struct clone_args` of `clone3(2)` (the first, version 0 fields).
@@ -430,6 +432,7 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
         report: report_w.as_raw_fd(),
         id_maps: id_maps.as_ref(),
         stack_top,
+        layer: crate::sandbox::command_layer_fd(),
     };
     let mut pidfd: libc::c_int = -1;
     let mut flags = (libc::CLONE_NEWPID | libc::CLONE_PIDFD) as u64;
@@ -653,12 +656,19 @@ unsafe fn namespace_init(ctx: &InitContext<'_>) -> ! {
     }
 }
 
-/// The vfork-style child of the init: exec the command (the init waits until it has).
+/// The vfork-style child of the init: enter the command's domain and exec the command (the
+/// init waits until it has).
 extern "C" fn exec_command(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the init's context, alive while the init is suspended in the clone;
     // only execve and _exit are called.
     unsafe {
         let ctx = &*arg.cast::<InitContext<'_>>();
+        // The init stays in the runner's domain; only the command is shut out of it.
+        if crate::sandbox::enter_command_domain(ctx.layer).is_err() {
+            const MSG: &[u8] = b"toolyard: the command could not enter its sandbox domain\n";
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(126);
+        }
         libc::execve(ctx.program.as_ptr(), ctx.argv, ctx.envp);
         libc::_exit(127)
     }

@@ -35,6 +35,8 @@ pub struct RunnerArgs {
 /// Run a runner: call this from `main` before any other thread exists (the sandbox needs a
 /// single-threaded process), it returns when the router closes stdin.
 pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
+    // Before anything secret is in memory: commands must not read this process's environment.
+    sandbox::make_non_dumpable();
     let catalog = match &args.catalog {
         Some(p) => Catalog::load(p).map_err(|e| ToolError::InvalidArguments(e.to_string()))?,
         None => Catalog::builtin(),

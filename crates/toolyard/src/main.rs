@@ -160,6 +160,8 @@ struct ToolsArgs {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: the first thing in main, before any thread exists.
+    unsafe { toolyard_exec::hide_secrets_from_proc() };
     // stdout belongs to the tool output (and to the MCP transport): logs go to stderr.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -239,6 +241,11 @@ pub(crate) fn workspace_root(given: Option<&Path>) -> Result<PathBuf> {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    if matches!(cli.command, Action::Serve(_) | Action::Call(_)) {
+        // This process holds the user's secrets and runs the runners: no command may read
+        // its environment or memory through /proc.
+        toolyard_exec::sandbox::make_non_dumpable();
+    }
     match cli.command {
         Action::Serve(args) => serve::serve(args),
         Action::Call(args) => runtime()?.block_on(call(args)),

@@ -137,6 +137,25 @@ pub(crate) fn restrict(
     })
 }
 
+/// A Landlock ruleset for one more, nested domain per command: it grants what the runner's
+/// domain grants (it handles only `Execute`, allowed everywhere) and scopes signals and abstract
+/// sockets, so its only effect is the domain boundary: the kernel then refuses the command
+/// ptrace and `/proc/<pid>` access (descriptors, environment, memory) to its runner, the
+/// runner's other commands and the server, and (ABI 6) signals to them. `None` without Landlock.
+pub(crate) fn command_layer() -> Option<std::os::fd::OwnedFd> {
+    let ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::Execute)
+        .ok()?
+        .scope(Scope::from_all(ABI_WANTED))
+        .ok()?
+        .create()
+        .ok()?
+        .add_rule(PathBeneath::new(PathFd::new("/").ok()?, AccessFs::Execute))
+        .ok()?;
+    Option::<std::os::fd::OwnedFd>::from(ruleset)
+}
+
 /// Push the paths to grant read on (all of `dir` except the `denied` trees) to `out`, and the
 /// directories split on the way to a denied tree to `listable`.
 pub(crate) fn split_readable(

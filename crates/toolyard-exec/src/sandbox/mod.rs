@@ -211,6 +211,56 @@ pub enum SandboxError {
     Seccomp(String),
 }
 
+/// `CAP_SYS_PTRACE` of `<linux/capability.h>` (not in the libc crate).
+const CAP_SYS_PTRACE: libc::c_ulong = 19;
+
+/// Make this process non-dumpable: its `/proc/<pid>` files (environment, memory, maps,
+/// descriptors) then belong to root and need CAP_SYS_PTRACE, which sandboxed commands lack.
+pub fn make_non_dumpable() {
+    // SAFETY: prctl with constant arguments.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot make this process non-dumpable");
+    }
+}
+
+/// The nested Landlock ruleset each command enters (see `fs::command_layer`), once applied.
+static COMMAND_LAYER: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
+
+/// The descriptor of the ruleset a command must enter before it execs, or -1 when this process
+/// is not sandboxed (inline mode).
+pub(crate) fn command_layer_fd() -> libc::c_int {
+    use std::os::fd::AsRawFd;
+    COMMAND_LAYER.get().map_or(-1, |fd| fd.as_raw_fd())
+}
+
+/// Enter the command's own Landlock domain (dropping CAP_SYS_PTRACE) and close every
+/// descriptor above 2 on exec.
+///
+/// # Safety
+/// Async-signal-safe (raw syscalls only): call between fork and exec.
+pub(crate) unsafe fn enter_command_domain(layer: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: raw syscalls on plain integers.
+    unsafe {
+        if layer >= 0 {
+            if libc::syscall(libc::SYS_landlock_restrict_self, layer, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Root keeps no CAP_SYS_PTRACE past exec, so the non-dumpable runner and server
+            // (their environment, memory maps) stay out of its reach. Without CAP_SETPCAP there
+            // was no such capability to drop.
+            libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0);
+        }
+        // Nothing but 0, 1 and 2 crosses into the command, whatever a library left open.
+        libc::syscall(
+            libc::SYS_close_range,
+            3,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+    }
+    Ok(())
+}
+
 /// Apply `policy` to this process and everything it starts later. Call it once, in `main`,
 /// before any thread starts.
 pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
@@ -332,6 +382,22 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
 
     let fs = fs::restrict(&writable, &denied)?;
     report.add("landlock-fs", fs.status, fs.detail);
+    match fs::command_layer() {
+        Some(layer) if fs.status != FeatureStatus::NotEnforced => {
+            let _ = COMMAND_LAYER.set(layer);
+            report.add(
+                "command-domain",
+                FeatureStatus::Enforced,
+                "each command in a nested Landlock domain: no ptrace, /proc descriptors, \
+                 environment or memory of its runner or the server",
+            );
+        }
+        _ => report.add(
+            "command-domain",
+            FeatureStatus::NotEnforced,
+            "no Landlock: a command could reach its runner through /proc",
+        ),
+    }
     report.add(
         "landlock-scope",
         fs.scope_status,

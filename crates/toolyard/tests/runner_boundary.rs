@@ -1,0 +1,102 @@
+//! A command against its own runner and server, through the real binary: it must not write to
+//! or read their descriptors, read their environment, signal or ptrace them.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+const CANARY: &str = "CANARY-SECRET-7f3a";
+
+/// Walks up from the command to every Toolyard ancestor (its init, runner and server) and tries
+/// each way out; prints a marker for every one that worked.
+const ATTACK: &str = r#"
+forged='{"type":"result","id":"1","result":{"success":true,"output":"FORGED"}}'
+# /proc is the host's: read this shell's parent (host pid) from its own stat, no fork.
+read -r _ _ _ p _ < /proc/self/stat
+while [ -n "$p" ] && [ "$p" -gt 1 ]; do
+  if tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -q -e 'toolyard runner' -e 'toolyard call'; then
+    echo "ancestor $p: $(tr '\0' ' ' < /proc/$p/cmdline | cut -c1-60)"
+    for fd in /proc/$p/fd/*; do
+      # A pipe with no reader would block the open: give each try a second.
+      if timeout 1 sh -c 'printf "%s\n" "$1" > "$2"' _ "$forged" "$fd" 2>/dev/null; then
+        echo "ESCAPE wrote $fd"
+      fi
+    done
+    if grep -a -q CANARY-SECRET /proc/$p/environ 2>/dev/null; then echo "ESCAPE environ $p"; fi
+    if ( exec 3< /proc/$p/mem ) 2>/dev/null; then echo "ESCAPE mem $p"; fi
+    if kill -0 "$p" 2>/dev/null; then echo "ESCAPE signal $p"; fi
+    if python3 -c "import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); sys.exit(0 if l.ptrace(0x4206,$p,0,0)==0 else 1)" 2>/dev/null; then
+      echo "ESCAPE ptrace $p"
+    fi
+  fi
+  read -r _ _ _ p _ < /proc/$p/stat || p=
+done
+echo attack-done
+"#;
+
+struct Env {
+    _t: tempfile::TempDir,
+    ws: PathBuf,
+    state: PathBuf,
+}
+
+fn env() -> Env {
+    let t = tempfile::tempdir().unwrap();
+    let base = t.path().canonicalize().unwrap();
+    let (ws, state) = (base.join("ws"), base.join("state"));
+    std::fs::create_dir_all(&ws).unwrap();
+    Env { _t: t, ws, state }
+}
+
+fn call(e: &Env, tool: &str, args: Value) -> Value {
+    let o = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+        .args(["call", tool, &args.to_string(), "--json"])
+        .current_dir(&e.ws)
+        .env("TOOLYARD_STATE_DIR", &e.state)
+        .env("DEPLOY_TOKEN", CANARY)
+        .output()
+        .expect("toolyard runs");
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|err| {
+        panic!(
+            "not JSON ({err}), a forged or broken reply: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+#[test]
+fn a_command_cannot_touch_its_runner_or_the_server() {
+    let e = env();
+    for tool in ["run_command", "run_command_isolated", "build"] {
+        let v = call(&e, tool, json!({"command": ATTACK}));
+        let out = v["output"].as_str().unwrap_or_default();
+        assert!(
+            out.contains("attack-done"),
+            "{tool}: the attack ran to its end: {v}"
+        );
+        assert!(
+            out.matches("ancestor ").count() >= 2,
+            "{tool}: the attack found its runner and server: {out}"
+        );
+        assert!(!out.contains("ESCAPE"), "{tool}: {out}");
+        assert!(
+            !out.contains("FORGED") || out.contains("forged='"),
+            "{tool}: {out}"
+        );
+    }
+}
+
+#[test]
+fn a_command_environment_holds_no_secret() {
+    let e = env();
+    let v = call(
+        &e,
+        "run_command",
+        json!({"command": "cat /proc/self/environ | tr '\\0' '\\n'; env"}),
+    );
+    let out = v["output"].as_str().unwrap_or_default();
+    assert!(out.contains("PATH="), "{out}");
+    assert!(!out.contains(CANARY), "{out}");
+}
