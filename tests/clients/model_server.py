@@ -190,23 +190,31 @@ def anthropic_stream(body: dict, script: list[dict]) -> tuple[bytes, dict]:
 # ---------------------------------------------------------------- Responses
 
 
-def _responses_tool_names(body: dict) -> list[str]:
-    """Function tool names, including those inside namespace groups."""
-    names: list[str] = []
+def _responses_tools(body: dict) -> list[tuple[str | None, str]]:
+    """(namespace, name) of each offered function tool; Codex 0.169 puts each MCP
+    server's tools in a `namespace` group named `mcp__<server>`."""
+    found: list[tuple[str | None, str]] = []
+    for t in body.get("tools") or []:
+        if not isinstance(t, dict):
+            continue
+        if t.get("type") == "namespace" and isinstance(t.get("tools"), list):
+            for inner in t["tools"]:
+                if isinstance(inner, dict) and inner.get("name"):
+                    found.append((str(t.get("name", "")), str(inner["name"])))
+        elif t.get("name"):
+            found.append((None, str(t["name"])))
+    return found
 
-    def walk(tools, prefix=""):
-        for t in tools or []:
-            if not isinstance(t, dict):
-                continue
-            if isinstance(t.get("tools"), list):
-                walk(t["tools"], prefix + str(t.get("name", "")) + "__")
-            elif t.get("name"):
-                names.append(str(t["name"]))
-                if prefix:
-                    names.append(prefix + str(t["name"]))
 
-    walk(body.get("tools"))
-    return names
+def pick_responses_tool(body: dict, suffix: str) -> tuple[str | None, str] | None:
+    """The (namespace, name) to call for `suffix`: a namespaced MCP tool first,
+    then a flat `mcp__server__suffix` name, as older clients sent it."""
+    tools = _responses_tools(body)
+    for ns, name in tools:
+        if ns and ns.startswith("mcp__") and name == suffix:
+            return ns, name
+    flat = pick_tool([name for ns, name in tools if ns is None], suffix)
+    return (None, flat) if flat else None
 
 
 def _responses_steps_done(body: dict) -> int:
@@ -223,15 +231,16 @@ def _responses_steps_done(body: dict) -> int:
 
 
 def responses_stream(body: dict, script: list[dict]) -> tuple[bytes, dict]:
-    names = _responses_tool_names(body)
+    has_tools = bool(body.get("tools"))
     step = _responses_steps_done(body)
     resp_id = "resp_" + uuid.uuid4().hex[:24]
     item = None
     summary: dict = {"step": step}
     if step < len(script):
         want = script[step]
-        name = pick_tool(names, want["tool"])
-        if name is not None:
+        picked = pick_responses_tool(body, want["tool"])
+        if picked is not None:
+            ns, name = picked
             item = {
                 "type": "function_call",
                 "id": "fc_" + uuid.uuid4().hex[:24],
@@ -240,9 +249,11 @@ def responses_stream(body: dict, script: list[dict]) -> tuple[bytes, dict]:
                 "arguments": json.dumps(want.get("args", {})),
                 "status": "completed",
             }
-            summary.update(tool=name, id=item["call_id"])
+            if ns:
+                item["namespace"] = ns
+            summary.update(tool=name, namespace=ns, id=item["call_id"])
     if item is None:
-        text = DONE_TEXT if names else "ok"
+        text = DONE_TEXT if has_tools else "ok"
         item = {
             "type": "message",
             "id": "msg_" + uuid.uuid4().hex[:24],
