@@ -80,9 +80,7 @@ def _anthropic_steps_done(body: dict) -> int:
         if msg.get("role") != "assistant" or not isinstance(msg.get("content"), list):
             continue
         for block in msg["content"]:
-            if block.get("type") == "tool_use" and str(block.get("id", "")).startswith(
-                "toolu_ty"
-            ):
+            if block.get("type") == "tool_use" and str(block.get("id", "")).startswith("toolu_ty"):
                 n += 1
     return n
 
