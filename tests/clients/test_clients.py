@@ -255,6 +255,9 @@ def run_client(client: str, dialect: str, root: Path) -> Transcript:
                 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
                 DISABLE_TELEMETRY="1",
                 DISABLE_ERROR_REPORTING="1",
+                # Generous limits (ms): a busy CI machine must not time out the server.
+                MCP_TIMEOUT="120000",
+                MCP_TOOL_TIMEOUT="120000",
             )
             add = _run(
                 [str(exe), "mcp", "add", "--scope", "user", "toolyard", "--", *serve], env, ws
@@ -307,6 +310,11 @@ def run_client(client: str, dialect: str, root: Path) -> Transcript:
                 # pre-approved; `codex mcp add` cannot set this, so say it here.
                 "-c",
                 'mcp_servers.toolyard.default_tools_approval_mode="approve"',
+                # Generous limits: a busy CI machine must not time out the server.
+                "-c",
+                "mcp_servers.toolyard.startup_timeout_sec=120",
+                "-c",
+                "mcp_servers.toolyard.tool_timeout_sec=120",
                 "go",
             ]
         proc = _run(cmd, env, ws, timeout=CLIENT_TIMEOUT)
