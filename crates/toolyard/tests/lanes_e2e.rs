@@ -11,6 +11,14 @@ use serde_json::{Value, json};
 use toolyard_core::Lane;
 use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 
+/// The binary under test: `TOOLYARD_TEST_BIN` when set (a copy another user may run, see
+/// tests/confined/run.sh), else the one cargo built.
+fn toolyard_bin() -> PathBuf {
+    std::env::var_os("TOOLYARD_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_toolyard")))
+}
+
 struct Env {
     _t: tempfile::TempDir,
     ws: PathBuf,
@@ -43,7 +51,7 @@ fn env() -> Env {
 
 impl Env {
     fn call(&self, tool: &str, args: Value) -> (Output, Value) {
-        let o = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+        let o = Command::new(toolyard_bin())
             .args(["call", tool, &args.to_string(), "--json"])
             .current_dir(&self.ws)
             .env("TOOLYARD_STATE_DIR", &self.state)
@@ -184,7 +192,7 @@ fn lanes_dispatcher(ws: &Path) -> Dispatcher {
     let mut config = DispatcherConfig::new(ws);
     config.state_dir = ws.parent().map(|base| base.join("state"));
     config.mode = Mode::Lanes {
-        exe: PathBuf::from(env!("CARGO_BIN_EXE_toolyard")),
+        exe: toolyard_bin(),
     };
     Dispatcher::new(config).unwrap()
 }

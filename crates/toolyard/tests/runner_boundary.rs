@@ -35,6 +35,14 @@ done
 echo attack-done
 "#;
 
+/// The binary under test: `TOOLYARD_TEST_BIN` when set (a copy another user may run, see
+/// tests/confined/run.sh), else the one cargo built.
+fn toolyard_bin() -> PathBuf {
+    std::env::var_os("TOOLYARD_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_toolyard")))
+}
+
 struct Env {
     _t: tempfile::TempDir,
     ws: PathBuf,
@@ -50,7 +58,7 @@ fn env() -> Env {
 }
 
 fn call(e: &Env, tool: &str, args: Value) -> Value {
-    let o = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+    let o = Command::new(toolyard_bin())
         .args(["call", tool, &args.to_string(), "--json"])
         .current_dir(&e.ws)
         .env("TOOLYARD_STATE_DIR", &e.state)

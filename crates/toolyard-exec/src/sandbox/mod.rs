@@ -4,7 +4,7 @@
 //! | lane | what is enforced |
 //! |---|---|
 //! | all | Landlock: writes only in the workspace, the private temp dir and `extra_write`; reads everywhere except the denied secret paths; Landlock scopes (no signals or abstract-socket connections outside the sandbox); `no_new_privs` |
-//! | `no-net` | a new network namespace (with a user namespace when not root): only a private loopback; a seccomp filter allowing only AF_UNIX sockets where no namespace can be made; fails closed unless `allow_unsandboxed_no_net` |
+//! | `no-net` | a new network namespace (with a user namespace when not root with CAP_SYS_ADMIN): only a private loopback; a seccomp filter allowing only AF_UNIX sockets where no namespace can be made; fails closed unless `allow_unsandboxed_no_net` |
 //! | `net` | network allowed |
 //! | `heavy` | like `net`, plus rlimits (data size, processes, CPU seconds) and cgroup v2 memory / pids limits where a delegated cgroup has those controllers; `slots` for the runner |
 //!
@@ -281,10 +281,10 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
     let temp_dir = existing_dir(&policy.temp_dir)?;
 
     // Namespaces first: unshare(CLONE_NEWUSER) needs the process as it starts.
-    let root = net::is_root();
+    let privileged = net::is_privileged();
     let mut netns = false;
     if policy.lane == Lane::NoNet {
-        let maps = (!root).then(IdMaps::current);
+        let maps = (!privileged).then(IdMaps::current);
         let attempt = if std::env::var(SKIP_NETNS_ENV).is_ok_and(|v| v == "1") {
             Err(std::io::Error::other(format!(
                 "skipped ({SKIP_NETNS_ENV}=1)"
@@ -299,7 +299,7 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
                     Ok(()) => "a private loopback only".to_string(),
                     Err(e) => format!("not even a loopback ({e})"),
                 };
-                let user = if root {
+                let user = if privileged {
                     ""
                 } else {
                     " inside a new user namespace"
@@ -317,7 +317,7 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
             ),
         }
     } else {
-        if !root {
+        if !privileged {
             // Our own user namespace lets each command get a PID namespace later on.
             match net::unshare(0, Some(&IdMaps::current())) {
                 Ok(()) => report.add(
@@ -476,13 +476,13 @@ pub fn probe() -> SandboxReport {
             "Landlock is not supported or not enabled by this kernel",
         );
     }
-    let root = net::is_root();
-    let ns = if root {
+    let privileged = net::is_privileged();
+    let ns = if privileged {
         "CLONE_NEWNET"
     } else {
         "CLONE_NEWUSER|CLONE_NEWNET"
     };
-    let maps = (!root).then(IdMaps::current);
+    let maps = (!privileged).then(IdMaps::current);
     match in_child(move || net::unshare(libc::CLONE_NEWNET, maps.as_ref())) {
         Ok(()) => report.add(
             "net-namespace",

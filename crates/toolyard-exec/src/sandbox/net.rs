@@ -16,6 +16,21 @@ pub(crate) fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Whether this process may make namespaces without a user namespace of its own: root with
+/// CAP_SYS_ADMIN. Root in a default container lacks that capability and, like any other user,
+/// needs a user namespace first.
+pub(crate) fn is_privileged() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    is_root()
+        && std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+                u64::from_str_radix(hex, 16).ok()
+            })
+            .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
 /// Enter new namespaces: `extra`, plus a user namespace mapping our own ids when `maps` is
 /// given (prepared beforehand, as this may run in a forked child).
 pub(crate) fn unshare(extra: libc::c_int, maps: Option<&IdMaps>) -> io::Result<()> {
