@@ -126,6 +126,9 @@ impl Protected {
                 paths.insert(rel);
             }
         }
+        let git_config_protected = paths.contains(".git/config");
+        // The git directories whose config git reads here.
+        let mut gitdirs = vec![root.join(".git")];
         // A linked worktree or submodule: `.git` is a file naming the real git directory.
         if let Some(gitdir) = gitfile_target(&root, &root.join(".git")) {
             paths.insert(".git".to_string());
@@ -140,6 +143,17 @@ impl Protected {
                 if let Some(rel) = inside(&root, &common) {
                     paths.insert(join_rel(&rel, "config"));
                     paths.insert(join_rel(&rel, "hooks"));
+                }
+                gitdirs.push(common);
+            }
+            gitdirs[0] = gitdir;
+        }
+        // What the config makes git run from the workspace (`core.hooksPath = .husky`, an
+        // fsmonitor script, an included file) is as dangerous as a hook.
+        if git_config_protected {
+            for gitdir in &gitdirs {
+                for name in ["config", "config.worktree"] {
+                    paths.extend(config_programs(&root, gitdir, &gitdir.join(name)));
                 }
             }
         }
@@ -1021,8 +1035,20 @@ impl Fixer {
 /// The first key of git config `bytes` that makes git run a program, if any (read by git
 /// itself, without includes, system or global config).
 fn runs_program(bytes: &[u8]) -> Result<Option<String>, String> {
+    Ok(config_entries(None, bytes)?
+        .into_iter()
+        .find(|(key, value)| key_runs_program(key, value))
+        .map(|(key, _)| key))
+}
+
+/// The `(key, value)` pairs of the git config in `file`, else in `bytes`, as git itself reads
+/// them (no includes, no system or global config, no home).
+fn config_entries(file: Option<&Path>, bytes: &[u8]) -> Result<Vec<(String, String)>, String> {
     let mut cmd = Command::new("git");
-    cmd.args(["config", "--file", "-", "--null", "--list"])
+    cmd.arg("config")
+        .arg("--file")
+        .arg(file.map_or(OsStr::new("-"), Path::as_os_str))
+        .args(["--null", "--list"])
         .env_clear()
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -1052,17 +1078,62 @@ fn runs_program(bytes: &[u8]) -> Result<Option<String>, String> {
             String::from_utf8_lossy(&output.stderr).trim()
         ));
     }
-    for item in output.stdout.split(|b| *b == 0) {
-        if item.is_empty() {
-            continue;
-        }
-        let text = String::from_utf8_lossy(item);
-        let (key, value) = text.split_once('\n').unwrap_or((&text, ""));
-        if key_runs_program(key, value) {
-            return Ok(Some(key.to_string()));
+    Ok(output
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            let text = String::from_utf8_lossy(item);
+            match text.split_once('\n') {
+                Some((k, v)) => (k.to_string(), v.to_string()),
+                None => (text.into_owned(), String::new()),
+            }
+        })
+        .collect())
+}
+
+/// Workspace files that the git config at `config` (in git directory `gitdir`) makes git run
+/// or load: the hooks directory, included config files, and programs named by a path.
+fn config_programs(root: &Path, gitdir: &Path, config: &Path) -> Vec<String> {
+    let Ok(meta) = config.symlink_metadata() else {
+        return Vec::new();
+    };
+    if !meta.is_file() || meta.len() > MAX_KEPT_FILE {
+        return Vec::new();
+    }
+    // From the file itself: git refuses relative includes in config read from stdin.
+    let Ok(entries) = config_entries(Some(config), &[]) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for (key, value) in entries {
+        let lower = key.to_ascii_lowercase();
+        let path = if lower == "core.hookspath" {
+            // Relative to the working tree, where hooks run.
+            Some(root.join(value.trim()))
+        } else if lower == "include.path"
+            || (lower.starts_with("includeif.") && lower.ends_with(".path"))
+        {
+            // Relative to the including file.
+            Some(gitdir.join(value.trim()))
+        } else if key_runs_program(&key, &value) {
+            value
+                .trim_start()
+                .trim_start_matches('!')
+                .split_whitespace()
+                .next()
+                .filter(|word| word.contains('/') && !word.starts_with('~'))
+                .map(|word| root.join(word))
+        } else {
+            None
+        };
+        if let Some(rel) = path.and_then(|p| inside(root, &p))
+            && !rel.is_empty()
+        {
+            found.push(rel);
         }
     }
-    Ok(None)
+    found
 }
 
 /// Whether git config `key` (as `git config --list` prints it: section and name lowercased)

@@ -491,6 +491,34 @@ fn a_gitfile_protects_the_real_git_dir_inside_the_workspace() {
 }
 
 #[test]
+fn what_the_git_config_runs_from_the_workspace_is_protected_too() {
+    let f = fixture();
+    fs::write(
+        f.ws.join(".git/config"),
+        "[core]\n\thooksPath = .husky\n\tfsmonitor = tools/fsmon.sh\n\teditor = vim\n\
+         [include]\n\tpath = ../shared.gitconfig\n[alias]\n\tx = !scripts/x.sh --flag\n\
+         [remote \"origin\"]\n\turl = ../elsewhere/repo\n",
+    )
+    .unwrap();
+    let rel = protected(&f).relative();
+    for path in [
+        ".husky",
+        "tools/fsmon.sh",
+        "shared.gitconfig",
+        "scripts/x.sh",
+    ] {
+        assert!(rel.contains(&path.to_string()), "{path} in {rel:?}");
+    }
+    assert!(
+        !rel.iter().any(|r| r.contains("elsewhere") || r == "vim"),
+        "{rel:?}"
+    );
+    // Only when the git config itself is protected.
+    let p = Protected::new(&f.ws, &[".vscode".to_string()], &[]);
+    assert_eq!(p.relative(), vec![".vscode".to_string()]);
+}
+
+#[test]
 fn a_custom_list_replaces_the_defaults() {
     let f = fixture();
     let p = Protected::new(
