@@ -278,7 +278,7 @@ pub fn describe(restored: &[Restored]) -> String {
     let items: Vec<String> = restored.iter().map(Restored::to_string).collect();
     format!(
         "Toolyard undid changes to protected paths (they run code outside the sandbox): {}. \
-         Change these files yourself outside the sandbox, or ask the user to.",
+         If the change was intended, ask the user to make it.",
         items.join("; ")
     )
 }
