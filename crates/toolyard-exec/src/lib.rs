@@ -22,6 +22,7 @@
 pub mod env;
 pub mod exec;
 pub mod policy;
+pub mod protect;
 pub mod sandbox;
 mod tree;
 

@@ -4,7 +4,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use toolyard_core::{Catalog, ToolError};
-use toolyard_workspace::{Journal, JournalConfig, Ledger, StateDir, Workspace};
+use toolyard_exec::protect::{self, Protected};
+use toolyard_exec::sandbox::SandboxConfig;
+use toolyard_workspace::{
+    Journal, JournalConfig, Ledger, Protection, RelPath, StateDir, Workspace,
+};
 
 use crate::records::{LocalRecords, Records};
 
@@ -46,7 +50,7 @@ impl ToolEnv {
         catalog: Catalog,
         state_dir: Option<&Path>,
     ) -> Result<Self, ToolError> {
-        let (workspace, state) = confined(root, state_dir)?;
+        let (workspace, state) = confined(root, state_dir, &catalog)?;
         let workspace = Arc::new(workspace);
         let journal_config: JournalConfig = catalog
             .section("journal")
@@ -77,6 +81,8 @@ impl ToolEnv {
     ) -> Result<Self, ToolError> {
         let mut workspace = Workspace::open(root)?;
         state.protect(&mut workspace);
+        // A runner's file tools must refuse protected paths as the server's do.
+        protect_configured(&mut workspace, &catalog)?;
         Ok(Self {
             workspace: Arc::new(workspace),
             state,
@@ -95,13 +101,39 @@ impl ToolEnv {
     }
 }
 
-/// The workspace at `root` and its state directory, hidden from the file tools when inside.
-fn confined(root: &Path, state_dir: Option<&Path>) -> Result<(Workspace, StateDir), ToolError> {
+/// The workspace at `root` and its state directory, hidden from the file tools when inside,
+/// with the catalog's protected paths read-only to them.
+fn confined(
+    root: &Path,
+    state_dir: Option<&Path>,
+    catalog: &Catalog,
+) -> Result<(Workspace, StateDir), ToolError> {
     let mut workspace = Workspace::open(root)?;
     let state = match state_dir {
         Some(dir) => StateDir::at(dir, workspace.root())?,
         None => StateDir::for_workspace(workspace.root())?,
     };
     state.protect(&mut workspace);
+    protect_configured(&mut workspace, catalog)?;
     Ok((workspace, state))
+}
+
+/// Make the `[sandbox] protected_paths` (or the default list) read-only to the file tools:
+/// they run code outside the sandbox, so only the user changes them.
+fn protect_configured(workspace: &mut Workspace, catalog: &Catalog) -> Result<(), ToolError> {
+    let sandbox: SandboxConfig = catalog
+        .section("sandbox")
+        .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+    let list = protect::configured(&sandbox);
+    for rel in Protected::new(workspace.root(), &list, &[]).relative() {
+        workspace.protect(
+            RelPath::from_normalized(&rel),
+            Protection::ReadOnly,
+            "runs code outside the sandbox (git hooks, editor and agent configuration, shell start-up files)",
+        );
+    }
+    for rel in protect::UNPROTECTED {
+        workspace.allow_writes(RelPath::from_normalized(rel));
+    }
+    Ok(())
 }

@@ -136,6 +136,8 @@ pub struct Workspace {
     given_root: PathBuf,
     dir: Dir,
     protected: Vec<Protected>,
+    /// Beneath a read-only part but written by Toolyard's own tools (its artifacts).
+    writable: Vec<RelPath>,
 }
 
 impl Workspace {
@@ -162,6 +164,7 @@ impl Workspace {
             given_root,
             dir,
             protected: Vec::new(),
+            writable: Vec::new(),
         })
     }
 
@@ -172,6 +175,12 @@ impl Workspace {
             how,
             why: why.into(),
         });
+    }
+
+    /// Let the tools write `rel` and beneath even inside a read-only part (Toolyard's own
+    /// artifacts under a protected `.toolyard`); hidden parts stay hidden.
+    pub fn allow_writes(&mut self, rel: RelPath) {
+        self.writable.push(rel);
     }
 
     /// The protected paths (absolute) the file tools may not read, for walkers to prune.
@@ -186,14 +195,18 @@ impl Workspace {
     /// Refuse `rel` (resolved) when it lies in a protected part: any use of a hidden one, a
     /// write to a read-only one.
     pub fn check_protected(&self, rel: &RelPath, write: bool) -> Result<(), ToolError> {
+        let within = |base: &RelPath| {
+            base.is_root()
+                || rel.as_str() == base.as_str()
+                || rel
+                    .as_str()
+                    .strip_prefix(base.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        };
         let hit = self.protected.iter().find(|p| {
             (write || p.how == Protection::Hidden)
-                && (p.rel.is_root()
-                    || rel.as_str() == p.rel.as_str()
-                    || rel
-                        .as_str()
-                        .strip_prefix(p.rel.as_str())
-                        .is_some_and(|rest| rest.starts_with('/')))
+                && within(&p.rel)
+                && !(p.how == Protection::ReadOnly && self.writable.iter().any(within))
         });
         match hit {
             None => Ok(()),
