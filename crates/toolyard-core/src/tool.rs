@@ -1,5 +1,6 @@
 //! The `Tool` trait, its typed form, and the context a call runs in.
 
+use std::any::TypeId;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::validate::ArgValidator;
 use crate::{ToolError, ToolResult};
 
 /// Hints a client may show or act on (MCP's tool annotations).
@@ -167,6 +169,16 @@ pub trait Tool: Send + Sync {
     }
     /// Behaviour hints.
     fn annotations(&self) -> Annotations;
+    /// The compiled validator of [`Tool::input_schema`]; an error says why it does not compile.
+    /// Typed tools compile theirs once per type and share it.
+    fn arg_validator(&self) -> Result<Arc<ArgValidator>, String> {
+        ArgValidator::new(&self.input_schema()).map(Arc::new)
+    }
+    /// Whether `invoke` checks its arguments against the schema itself (typed tools do), so a
+    /// caller need not.
+    fn checks_args(&self) -> bool {
+        false
+    }
     /// Run the call. An `Err` is a result the model reads, not a crash.
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
 }
@@ -217,7 +229,24 @@ impl<T: TypedTool> Tool for Typed<T> {
     fn annotations(&self) -> Annotations {
         self.0.annotations()
     }
+    fn arg_validator(&self) -> Result<Arc<ArgValidator>, String> {
+        crate::validate::cached(TypeId::of::<T>(), || self.input_schema())
+    }
+    fn checks_args(&self) -> bool {
+        true
+    }
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        // Every front door (each dialect, MCP, the CLI) comes through here: refuse what the
+        // advertised schema refuses, all of it at once, before serde sees the first mistake.
+        if args.is_null() || args.is_object() {
+            let validator = self.arg_validator().map_err(|e| {
+                ToolError::Unavailable(format!(
+                    "{}: its argument schema does not compile ({e}); this is a Toolyard bug",
+                    self.0.name()
+                ))
+            })?;
+            validator.check(self.0.name(), &args, ctx)?;
+        }
         let parsed = parse_args::<T::Args>(self.0.name(), args)?;
         self.0.run(parsed, ctx).await
     }
