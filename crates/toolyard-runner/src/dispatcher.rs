@@ -158,7 +158,9 @@ impl Dispatcher {
                     .then(|| self.config.catalog.tool(t.engine))
                     .flatten()
                     .and_then(|s| s.description.as_deref());
+                let spec = self.spec(t.engine);
                 ToolDefinition::of(t.tool.as_ref(), custom)
+                    .with_timeout_limits(spec.timeout_ms, spec.max_timeout_ms)
             })
             .collect()
     }
