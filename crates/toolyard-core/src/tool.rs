@@ -202,6 +202,12 @@ pub trait TypedTool: Send + Sync + 'static {
     fn result_is_data(&self) -> bool {
         false
     }
+    /// Whether `run` itself checks every constraint its schema states, all at once and with
+    /// messages that say more (the artifact tools): the schema then judges only arguments that
+    /// do not parse.
+    fn checks_own_args(&self) -> bool {
+        false
+    }
     /// Run the call with parsed arguments.
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
 }
@@ -236,18 +242,39 @@ impl<T: TypedTool> Tool for Typed<T> {
         true
     }
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let name = self.0.name();
+        // parse_args says what arguments that are not an object must be.
+        let validator = if args.is_null() || args.is_object() {
+            Some(self.arg_validator().map_err(|e| {
+                ToolError::Unavailable(format!(
+                    "{name}: its argument schema does not compile ({e}); this is a Toolyard bug"
+                ))
+            })?)
+        } else {
+            None
+        };
+        if self.0.checks_own_args() {
+            return match parse_args::<T::Args>(name, args.clone()) {
+                Ok(parsed) => self.0.run(parsed, ctx).await,
+                // One mistake: the tool's own words; several: all of them at once, where
+                // serde names only the first.
+                Err(first) => {
+                    let all = validator.map(|v| (v.problems(&args, ctx), v));
+                    match all {
+                        Some((problems, v)) if problems.len() > 1 => {
+                            Err(v.refusal(name, &problems))
+                        }
+                        _ => Err(first),
+                    }
+                }
+            };
+        }
         // Every front door (each dialect, MCP, the CLI) comes through here: refuse what the
         // advertised schema refuses, all of it at once, before serde sees the first mistake.
-        if args.is_null() || args.is_object() {
-            let validator = self.arg_validator().map_err(|e| {
-                ToolError::Unavailable(format!(
-                    "{}: its argument schema does not compile ({e}); this is a Toolyard bug",
-                    self.0.name()
-                ))
-            })?;
-            validator.check(self.0.name(), &args, ctx)?;
+        if let Some(v) = validator {
+            v.check(name, &args, ctx)?;
         }
-        let parsed = parse_args::<T::Args>(self.0.name(), args)?;
+        let parsed = parse_args::<T::Args>(name, args)?;
         self.0.run(parsed, ctx).await
     }
 }

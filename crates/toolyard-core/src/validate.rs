@@ -71,6 +71,16 @@ impl ArgValidator {
     /// Check `args` for `tool` (`null` counts as `{}`); the error lists every problem, each
     /// naming its argument, then what the tool takes.
     pub fn check(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Result<(), ToolError> {
+        let problems = self.problems(args, ctx);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(self.refusal(tool, &problems))
+        }
+    }
+
+    /// Every problem of `args`, one line each, starting with the argument's path.
+    pub fn problems(&self, args: &Value, ctx: &ToolContext) -> Vec<String> {
         let empty = Value::Object(Default::default());
         let args = if args.is_null() { &empty } else { args };
         let mut problems: Vec<String> = Vec::new();
@@ -80,9 +90,11 @@ impl ArgValidator {
         if problems.is_empty() && self.has_timeout {
             problems.extend(over_ceiling(args, ctx));
         }
-        if problems.is_empty() {
-            return Ok(());
-        }
+        problems
+    }
+
+    /// The error refusing a call of `tool` for `problems`: all of them, then what it takes.
+    pub fn refusal(&self, tool: &str, problems: &[String]) -> ToolError {
         let count = match problems.len() {
             1 => "1 argument is wrong".to_string(),
             n => format!("{n} arguments are wrong"),
@@ -92,11 +104,11 @@ impl ArgValidator {
         } else {
             self.arguments.join(", ")
         };
-        Err(ToolError::InvalidArguments(format!(
+        ToolError::InvalidArguments(format!(
             "`{tool}` was not run: {count}: {}. Fix {} and call again; `{tool}` takes {takes}.",
             problems.join("; "),
             if problems.len() == 1 { "it" } else { "them" },
-        )))
+        ))
     }
 }
 
@@ -159,19 +171,55 @@ fn describe(e: &ValidationError<'_>) -> Vec<String> {
             vec![format!("{}{shown} is not of type {want}", prefix(&at))]
         }
         ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
+            let mut allowed = Vec::new();
+            if choices(context, &mut allowed) {
+                return vec![format!(
+                    "{}{shown} is not one of {}",
+                    prefix(&at),
+                    allowed.join(", ")
+                )];
+            }
+            // Each alternative's first complaint, without repeating the path.
+            let lead = prefix(&at);
             let forms: Vec<String> = context
                 .iter()
                 .filter_map(|branch| branch.first())
-                .map(|b| describe(b).join(", "))
+                .flat_map(|b| describe(b))
+                .map(|m| m.strip_prefix(&lead).map(str::to_string).unwrap_or(m))
                 .collect();
             vec![format!(
-                "{}{shown} matches none of the accepted forms ({})",
-                prefix(&at),
+                "{lead}{shown} matches none of the accepted forms ({})",
                 forms.join(" | ")
             )]
         }
         _ => vec![format!("{}{}", prefix(&at), e.masked_with(shown))],
     }
+}
+
+/// Whether the alternatives are a choice of constants (an enum, maybe optional); if so, fill
+/// `allowed` with them.
+fn choices(context: &[Vec<ValidationError<'static>>], allowed: &mut Vec<String>) -> bool {
+    context.iter().flatten().all(|e| match e.kind() {
+        ValidationErrorKind::Constant { expected_value } => {
+            allowed.push(expected_value.to_string());
+            true
+        }
+        ValidationErrorKind::Enum { options } => {
+            let Some(options) = options.as_array() else {
+                return false;
+            };
+            allowed.extend(options.iter().map(Value::to_string));
+            true
+        }
+        // `null` is how an optional argument is spelled, not a value to suggest.
+        ValidationErrorKind::Type {
+            kind: TypeKind::Single(t),
+        } => t.to_string() == "null",
+        ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
+            choices(context, allowed)
+        }
+        _ => false,
+    })
 }
 
 fn prefix(at: &str) -> String {

@@ -219,3 +219,117 @@ fn untyped_tools_are_validated_by_the_registry() {
         out.output
     );
 }
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    /// At least two.
+    #[schemars(length(min = 2))]
+    items: Vec<String>,
+}
+
+/// Checks its own rules, in its own words.
+struct Own;
+
+#[async_trait::async_trait]
+impl TypedTool for Own {
+    type Args = ListArgs;
+    fn name(&self) -> &str {
+        "own"
+    }
+    fn description(&self) -> &str {
+        "own"
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations::READ_ONLY
+    }
+    fn checks_own_args(&self) -> bool {
+        true
+    }
+    async fn run(&self, a: ListArgs, _: &ToolContext) -> Result<ToolResult, ToolError> {
+        if a.items.len() < 2 {
+            return Err(ToolError::InvalidArguments(format!(
+                "items: a list has at least 2 items, got {}",
+                a.items.len()
+            )));
+        }
+        Ok(ToolResult::ok("ok"))
+    }
+}
+
+#[test]
+fn a_tool_that_checks_its_own_rules_speaks_for_them() {
+    let mut reg = Registry::new();
+    reg.register(Arc::new(Typed(Own))).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    // Parses: the tool's own words.
+    let out = rt.block_on(reg.invoke("own", json!({"items": ["a"]}), &ctx()));
+    assert!(
+        out.output.contains("a list has at least 2 items, got 1"),
+        "{}",
+        out.output
+    );
+    // Does not parse: the schema's list of every mistake, not serde's first.
+    let out = rt.block_on(reg.invoke("own", json!({"items": ["a"], "extra": 1}), &ctx()));
+    assert!(
+        out.output.contains("2 arguments are wrong"),
+        "{}",
+        out.output
+    );
+    assert!(out.output.contains("extra"), "{}", out.output);
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum Action {
+    /// Make it.
+    Create,
+    /// Change it.
+    Modify,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct TaskArgs {
+    /// What to do.
+    action: Option<Action>,
+}
+
+struct Task;
+
+#[async_trait::async_trait]
+impl TypedTool for Task {
+    type Args = TaskArgs;
+    fn name(&self) -> &str {
+        "task"
+    }
+    fn description(&self) -> &str {
+        "task"
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations::READ_ONLY
+    }
+    async fn run(&self, _: TaskArgs, _: &ToolContext) -> Result<ToolResult, ToolError> {
+        Ok(ToolResult::ok("ok"))
+    }
+}
+
+#[test]
+fn a_value_outside_an_enum_lists_the_choices() {
+    let mut reg = Registry::new();
+    reg.register(Arc::new(Typed(Task))).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let out = rt.block_on(reg.invoke("task", json!({"action": "rename"}), &ctx()));
+    assert!(
+        out.output
+            .contains("action: \"rename\" is not one of \"create\", \"modify\""),
+        "{}",
+        out.output
+    );
+}
