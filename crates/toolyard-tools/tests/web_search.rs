@@ -519,8 +519,10 @@ async fn max_results_is_bounded_in_schema_and_code() {
     let err = search(&t, json!({"query": "x", "max_results": 11}))
         .await
         .unwrap_err();
+    // The advertised schema refuses it before the tool runs, naming the bound.
     assert!(
-        err.to_string().contains("max_results must be 1 to 10"),
+        err.to_string()
+            .contains("max_results: 11 is greater than the maximum of 10"),
         "{err}"
     );
     let err = search(&t, json!({"query": "  "})).await.unwrap_err();
