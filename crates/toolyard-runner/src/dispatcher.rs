@@ -101,6 +101,9 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// Open the workspace and build the dialect's tools, filtered by the profile.
     pub fn new(config: DispatcherConfig) -> Result<Self, ToolError> {
+        // Every section now, so a mistake fails the start, not the first call that reads it.
+        crate::check_catalog(&config.catalog)
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
         let env = Arc::new(ToolEnv::open(&config.workspace, config.catalog.clone())?);
         let allowed = config
             .catalog
