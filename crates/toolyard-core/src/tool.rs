@@ -179,6 +179,12 @@ pub trait Tool: Send + Sync {
     fn checks_args(&self) -> bool {
         false
     }
+    /// What must be configured before this tool can work (which environment variable or
+    /// catalog key), or `None` when it can. Servers leave a tool that needs something out of
+    /// their listings.
+    fn needs(&self) -> Option<String> {
+        None
+    }
     /// Run the call. An `Err` is a result the model reads, not a crash.
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
 }
@@ -201,6 +207,10 @@ pub trait TypedTool: Send + Sync + 'static {
     /// Whether the result is its `data` (see [`Tool::result_is_data`]).
     fn result_is_data(&self) -> bool {
         false
+    }
+    /// What must be configured before this tool can work (see [`Tool::needs`]).
+    fn needs(&self) -> Option<String> {
+        None
     }
     /// Whether `run` itself checks every constraint its schema states, all at once and with
     /// messages that say more (the artifact tools): the schema then judges only arguments that
@@ -240,6 +250,9 @@ impl<T: TypedTool> Tool for Typed<T> {
     }
     fn checks_args(&self) -> bool {
         true
+    }
+    fn needs(&self) -> Option<String> {
+        self.0.needs()
     }
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let name = self.0.name();
