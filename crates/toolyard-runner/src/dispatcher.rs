@@ -151,9 +151,20 @@ impl Dispatcher {
         self.tools.keys().map(String::as_str).collect()
     }
 
-    /// Definitions of the tools served, sorted by name. A description set in the catalog file
-    /// replaces the tool's own (for tools that keep their catalog name).
+    /// Definitions of the tools served and able to work, sorted by name: a tool that needs
+    /// configuring (web_search without a provider, oracle without an endpoint) is left out. A
+    /// description set in the catalog file replaces the tool's own (for tools that keep their
+    /// catalog name).
     pub fn definitions(&self) -> Vec<ToolDefinition> {
+        self.all_definitions()
+            .into_iter()
+            .filter_map(|(d, need)| need.is_none().then_some(d))
+            .collect()
+    }
+
+    /// Definitions of every tool of the dialect and profile, each with what it still needs
+    /// configured (`None`: it can work).
+    pub fn all_definitions(&self) -> Vec<(ToolDefinition, Option<String>)> {
         self.tools
             .values()
             .map(|t| {
@@ -162,8 +173,9 @@ impl Dispatcher {
                     .flatten()
                     .and_then(|s| s.description.as_deref());
                 let spec = self.spec(t.engine);
-                ToolDefinition::of(t.tool.as_ref(), custom)
-                    .with_timeout_limits(spec.timeout_ms, spec.max_timeout_ms)
+                let def = ToolDefinition::of(t.tool.as_ref(), custom)
+                    .with_timeout_limits(spec.timeout_ms, spec.max_timeout_ms);
+                (def, t.tool.needs())
             })
             .collect()
     }
@@ -197,6 +209,14 @@ impl Dispatcher {
         let Some(entry) = self.tools.get(&req.tool) else {
             return toolyard_core::unknown_tool(&req.tool, &self.tool_names()).into();
         };
+        // Known but unlisted: say what to configure rather than run it to fail.
+        if let Some(need) = entry.tool.needs() {
+            return ToolError::Unavailable(format!(
+                "`{}` is not set up, so it is not listed: {need}; then restart Toolyard",
+                req.tool
+            ))
+            .into();
+        }
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
         let call_id = format!("{}-{n}", std::process::id());
         if self.hooks.is_empty() {
