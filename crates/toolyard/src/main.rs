@@ -150,6 +150,9 @@ struct ToolsArgs {
     /// Print JSON definitions in this format: openai, anthropic or mcp.
     #[arg(long)]
     format: Option<SchemaFormat>,
+    /// Show every tool, also those that are not listed until configured, with what they need.
+    #[arg(long)]
+    all: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -263,26 +266,39 @@ async fn call(args: CallArgs) -> Result<ExitCode> {
 
 fn tools(args: ToolsArgs) -> Result<ExitCode> {
     let dispatcher = dispatcher(&args.common)?;
-    let defs = dispatcher.definitions();
+    // Without --all, only the tools that can work: what tools/list shows.
+    let entries: Vec<_> = dispatcher
+        .all_definitions()
+        .into_iter()
+        .filter(|(_, need)| args.all || need.is_none())
+        .collect();
     match args.format {
         Some(format) => {
+            let defs: Vec<_> = entries.into_iter().map(|(d, _)| d).collect();
             let json = toolyard_core::export(&defs, format);
             println!("{}", serde_json::to_string_pretty(&json)?);
         }
         None => {
             println!(
                 "{} tools (dialect {}, profile {}):",
-                defs.len(),
+                entries.len(),
                 args.common.dialect,
                 args.common.profile
             );
-            for d in &defs {
+            for (d, need) in &entries {
                 let lane = dispatcher
                     .spec_of(&d.name)
                     .map(|s| s.lane.to_string())
                     .unwrap_or_default();
                 let first = d.description.split(". ").next().unwrap_or("");
                 println!("  {:<22} {:<7} {}", d.name, lane, first);
+                if let Some(need) = need {
+                    println!("  {:<22} {:<7} UNAVAILABLE (not listed): {need}", "", "");
+                }
+            }
+            let hidden = dispatcher.all_definitions().len() - dispatcher.definitions().len();
+            if !args.all && hidden > 0 {
+                println!("({hidden} more need configuring; see them with --all)");
             }
         }
     }
