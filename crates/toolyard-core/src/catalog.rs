@@ -93,7 +93,7 @@ impl ToolSpec {
     }
 }
 
-/// A catalog could not be used; the message names the line where it can.
+/// A catalog could not be used; the message names the line and column where it can.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
     /// The file could not be read.
@@ -104,7 +104,8 @@ pub enum CatalogError {
         /// Why.
         source: std::io::Error,
     },
-    /// The file is not valid (syntax, unknown key, wrong type): toml's message names the line.
+    /// The file is not valid (syntax, unknown key or tool, wrong type): `line L, column C: ...`
+    /// for each mistake, one a line.
     #[error("invalid catalog {origin}: {message}")]
     Invalid {
         /// The file, or "built-in".
