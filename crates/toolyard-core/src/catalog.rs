@@ -2,11 +2,15 @@
 //! and description, and the profiles (seed 000's loop types) that say which tools a loop gets.
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use toml::Spanned;
 
 /// The built-in catalog, seed 000's table.
 pub const DEFAULT_CATALOG: &str = include_str!("default_catalog.toml");
@@ -89,7 +93,7 @@ impl ToolSpec {
     }
 }
 
-/// A catalog could not be used; the message names the line where it can.
+/// A catalog could not be used; the message names the line and column where it can.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
     /// The file could not be read.
@@ -100,7 +104,8 @@ pub enum CatalogError {
         /// Why.
         source: std::io::Error,
     },
-    /// The file is not valid (syntax, unknown key, wrong type): toml's message names the line.
+    /// The file is not valid (syntax, unknown key or tool, wrong type): `line L, column C: ...`
+    /// for each mistake, one a line.
     #[error("invalid catalog {origin}: {message}")]
     Invalid {
         /// The file, or "built-in".
@@ -112,48 +117,31 @@ pub enum CatalogError {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(dead_code)] // the other sections are fields only so that they are accepted
 struct CatalogFile {
     #[serde(default)]
-    tools: BTreeMap<String, ToolEntry>,
+    tools: BTreeMap<Spanned<String>, ToolEntry>,
     #[serde(default)]
-    profiles: BTreeMap<String, ProfileEntry>,
-    policy: Option<toml::Value>,
-    sandbox: Option<toml::Value>,
-    lanes: Option<toml::Value>,
-    exec: Option<toml::Value>,
-    hooks: Option<toml::Value>,
-    journal: Option<toml::Value>,
-    web: Option<toml::Value>,
-    oracle: Option<toml::Value>,
-    project: Option<toml::Value>,
-}
-
-impl CatalogFile {
-    /// The non-core sections that are present, by name.
-    fn take_sections(&mut self) -> Vec<(&'static str, toml::Value)> {
-        [
-            ("policy", self.policy.take()),
-            ("sandbox", self.sandbox.take()),
-            ("lanes", self.lanes.take()),
-            ("exec", self.exec.take()),
-            ("hooks", self.hooks.take()),
-            ("journal", self.journal.take()),
-            ("web", self.web.take()),
-            ("oracle", self.oracle.take()),
-            ("project", self.project.take()),
-        ]
-        .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k, v)))
-        .collect()
-    }
+    profiles: BTreeMap<Spanned<String>, ProfileEntry>,
+    // The other sections belong to other crates: they are read from the text on demand
+    // (`Catalog::section`), so their errors keep their own line and column.
+    policy: Option<IgnoredAny>,
+    sandbox: Option<IgnoredAny>,
+    lanes: Option<IgnoredAny>,
+    exec: Option<IgnoredAny>,
+    hooks: Option<IgnoredAny>,
+    journal: Option<IgnoredAny>,
+    web: Option<IgnoredAny>,
+    oracle: Option<IgnoredAny>,
+    project: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ToolEntry {
     lane: Option<Lane>,
-    timeout_ms: Option<u64>,
-    max_timeout_ms: Option<u64>,
+    timeout_ms: Option<Spanned<u64>>,
+    max_timeout_ms: Option<Spanned<u64>>,
     max_output_bytes: Option<u64>,
     description: Option<String>,
     enabled: Option<bool>,
@@ -162,7 +150,7 @@ struct ToolEntry {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProfileEntry {
-    tools: Vec<String>,
+    tools: Vec<Spanned<String>>,
 }
 
 /// The merged catalog: tools, profiles and the other sections.
@@ -170,7 +158,8 @@ struct ProfileEntry {
 pub struct Catalog {
     tools: BTreeMap<String, ToolSpec>,
     profiles: BTreeMap<String, Vec<String>>,
-    sections: BTreeMap<String, (toml::Value, String)>,
+    /// The file's text: sections are deserialized from it, spans and all.
+    text: Arc<str>,
     origin: String,
 }
 
@@ -199,39 +188,56 @@ impl Catalog {
     }
 
     /// Parse `text` (catalog.toml form) and lay it over the built-in catalog, field by field.
+    /// Every mistake of the tools and profiles is reported with the line and column of the key
+    /// or value at fault; the other sections are checked with [`Catalog::check_section`].
     pub fn parse_over_builtin(text: &str, origin: &str) -> Result<Self, CatalogError> {
         let invalid = |message: String| CatalogError::Invalid {
             origin: origin.to_string(),
             message,
         };
+        // `line L, column C: ` for a span of the file.
+        let at = |span: Option<Range<usize>>| -> String {
+            span.map(|s| format!("{}: ", line_col(text, s.start)))
+                .unwrap_or_default()
+        };
         let base: CatalogFile =
             toml::from_str(DEFAULT_CATALOG).map_err(|e| CatalogError::Invalid {
                 origin: "built-in".into(),
-                message: e.to_string(),
+                message: located(DEFAULT_CATALOG, &e),
             })?;
-        let mut file: CatalogFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
-        let sections = file.take_sections();
+        let file: CatalogFile = toml::from_str(text).map_err(|e| invalid(located(text, &e)))?;
 
-        let mut entries = base.tools;
-        // The built-in descriptions are seed 000's one-liners; the tools' own are richer, so
-        // only a description the file sets replaces a tool's.
-        for e in entries.values_mut() {
-            e.description = None;
-        }
+        let mut entries: BTreeMap<String, ToolEntry> = base
+            .tools
+            .into_iter()
+            .map(|(name, mut e)| {
+                // The built-in descriptions are seed 000's one-liners; the tools' own are
+                // richer, so only a description the file sets replaces a tool's.
+                e.description = None;
+                (name.into_inner(), e)
+            })
+            .collect();
+        let known: Vec<String> = entries.keys().cloned().collect();
+        // The file's own entries, with the span of their name, to point at their mistakes.
+        let mut written: BTreeMap<String, (Range<usize>, ToolEntry)> = BTreeMap::new();
         for (name, over) in file.tools {
-            let merged = match entries.remove(&name) {
-                Some(mut e) => {
-                    e.lane = over.lane.or(e.lane);
-                    e.timeout_ms = over.timeout_ms.or(e.timeout_ms);
-                    e.max_timeout_ms = over.max_timeout_ms.or(e.max_timeout_ms);
-                    e.max_output_bytes = over.max_output_bytes.or(e.max_output_bytes);
-                    e.description = over.description;
-                    e.enabled = over.enabled.or(e.enabled);
-                    e
-                }
-                None => over,
+            let span = name.span();
+            let name = name.into_inner();
+            let Some(e) = entries.get_mut(&name) else {
+                return Err(invalid(format!(
+                    "{}[tools.{name}]: Toolyard has no tool `{name}`{}; the tools are: {}",
+                    at(Some(span)),
+                    did_you_mean(&name, known.iter().map(String::as_str)),
+                    known.join(", ")
+                )));
             };
-            entries.insert(name, merged);
+            e.lane = over.lane.or(e.lane);
+            e.timeout_ms = over.timeout_ms.clone().or(e.timeout_ms.take());
+            e.max_timeout_ms = over.max_timeout_ms.clone().or(e.max_timeout_ms.take());
+            e.max_output_bytes = over.max_output_bytes.or(e.max_output_bytes);
+            e.description = over.description.clone();
+            e.enabled = over.enabled.or(e.enabled);
+            written.insert(name, (span, over));
         }
 
         let mut tools = BTreeMap::new();
@@ -239,22 +245,37 @@ impl Catalog {
             if e.enabled == Some(false) {
                 continue;
             }
-            let where_ = line_prefix(text, &format!("tools.{name}"));
+            let mine = written.get(&name);
+            let key_span = mine.map(|(s, _)| s.clone());
+            let span_of = |f: fn(&ToolEntry) -> Option<&Spanned<u64>>| {
+                mine.and_then(|(_, w)| f(w)).map(|v| v.span())
+            };
             let lane = e.lane.ok_or_else(|| {
                 invalid(format!(
-                    "{where_}[tools.{name}] has no `lane`; set lane = \"no-net\", \"net\" or \"heavy\""
+                    "{}[tools.{name}] has no `lane`; set lane = \"no-net\", \"net\" or \"heavy\"",
+                    at(key_span.clone())
                 ))
             })?;
-            let timeout_ms = e.timeout_ms.unwrap_or(30_000);
+            let timeout_ms = e.timeout_ms.as_ref().map_or(30_000, |t| *t.get_ref());
             if timeout_ms == 0 {
                 return Err(invalid(format!(
-                    "{where_}[tools.{name}] timeout_ms must be greater than 0"
+                    "{}[tools.{name}] timeout_ms must be greater than 0; give the default time \
+                     limit in milliseconds",
+                    at(span_of(|w| w.timeout_ms.as_ref()).or(key_span))
                 )));
             }
-            let max_timeout_ms = e.max_timeout_ms.unwrap_or(timeout_ms.max(600_000));
+            let max_timeout_ms = e
+                .max_timeout_ms
+                .as_ref()
+                .map_or(timeout_ms.max(600_000), |t| *t.get_ref());
             if max_timeout_ms < timeout_ms {
+                let span = span_of(|w| w.max_timeout_ms.as_ref())
+                    .or_else(|| span_of(|w| w.timeout_ms.as_ref()))
+                    .or(key_span);
                 return Err(invalid(format!(
-                    "{where_}[tools.{name}] max_timeout_ms ({max_timeout_ms}) is below timeout_ms ({timeout_ms})"
+                    "{}[tools.{name}] max_timeout_ms ({max_timeout_ms}) is below timeout_ms \
+                     ({timeout_ms}); raise max_timeout_ms or lower timeout_ms",
+                    at(span)
                 )));
             }
             tools.insert(
@@ -269,46 +290,56 @@ impl Catalog {
             );
         }
 
+        // A built-in profile may name a tool the file disabled: it is dropped quietly.
         let mut profiles: BTreeMap<String, Vec<String>> = base
             .profiles
             .into_iter()
-            .map(|(k, v)| (k, v.tools))
+            .map(|(k, v)| {
+                let list = v
+                    .tools
+                    .into_iter()
+                    .map(Spanned::into_inner)
+                    .filter(|t| tools.contains_key(t))
+                    .collect();
+                (k.into_inner(), list)
+            })
             .collect();
+        // A profile the file writes must name tools the catalog serves.
         for (name, p) in file.profiles {
-            if name == ALL_PROFILE {
+            if name.get_ref() == ALL_PROFILE {
                 return Err(invalid(format!(
                     "{}profile `all` is every tool of the catalog and cannot be redefined; disable a tool with enabled = false instead",
-                    line_prefix(text, "profiles.all")
+                    at(Some(name.span()))
                 )));
             }
-            profiles.insert(name, p.tools);
-        }
-        for (name, list) in &mut profiles {
-            // A profile may name a tool that the file disabled: drop it quietly from the built-in
-            // ones, but a user-written profile naming an unknown tool is an error.
-            let user_written = line_of(text, &format!("profiles.{name}")).is_some();
-            if let Some(bad) = list
-                .iter()
-                .find(|t| user_written && !tools.contains_key(*t))
-            {
-                return Err(invalid(format!(
-                    "{}profile `{name}` names `{bad}`, which the catalog does not have; known tools: {}",
-                    line_prefix(text, &format!("profiles.{name}")),
-                    tools.keys().cloned().collect::<Vec<_>>().join(", ")
-                )));
+            let mut list = Vec::with_capacity(p.tools.len());
+            for t in p.tools {
+                if !tools.contains_key(t.get_ref()) {
+                    let why = if known.contains(t.get_ref()) {
+                        ", which this catalog disables (enabled = false)".to_string()
+                    } else {
+                        format!(
+                            ", which the catalog does not have{}",
+                            did_you_mean(t.get_ref(), tools.keys().map(String::as_str))
+                        )
+                    };
+                    return Err(invalid(format!(
+                        "{}profile `{}` names `{}`{why}; known tools: {}",
+                        at(Some(t.span())),
+                        name.get_ref(),
+                        t.get_ref(),
+                        tools.keys().cloned().collect::<Vec<_>>().join(", ")
+                    )));
+                }
+                list.push(t.into_inner());
             }
-            list.retain(|t| tools.contains_key(t));
+            profiles.insert(name.into_inner(), list);
         }
-
-        let sections = sections
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), (v, line_prefix(text, k))))
-            .collect();
 
         Ok(Self {
             tools,
             profiles,
-            sections,
+            text: Arc::from(text),
             origin: origin.to_string(),
         })
     }
@@ -349,36 +380,118 @@ impl Catalog {
         })
     }
 
+    /// Whether the file has the top-level section `name` (e.g. `[web]`, or a `web.x` key).
+    pub fn has_section(&self, name: &str) -> bool {
+        matches!(self.read_section::<IgnoredAny>(name), Ok(Some(_)))
+    }
+
     /// Deserialize the top-level section `name` (default when absent), e.g. `[policy]`.
+    /// An error names the line and column of the key or value at fault.
     pub fn section<T: DeserializeOwned + Default>(&self, name: &str) -> Result<T, CatalogError> {
-        match self.sections.get(name) {
-            None => Ok(T::default()),
-            Some((value, where_)) => {
-                T::deserialize(value.clone()).map_err(|e| CatalogError::Invalid {
-                    origin: self.origin.clone(),
-                    message: format!("{where_}[{name}]: {e}"),
-                })
-            }
+        Ok(self.read_section(name)?.unwrap_or_default())
+    }
+
+    /// Check that the section `name`, when present, deserializes as `T`: call it at start for
+    /// every section, so a mistake fails the load instead of the first call that reads it.
+    pub fn check_section<T: DeserializeOwned>(&self, name: &str) -> Result<(), CatalogError> {
+        self.read_section::<T>(name).map(|_| ())
+    }
+
+    fn read_section<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, CatalogError> {
+        let invalid = |message: String| CatalogError::Invalid {
+            origin: self.origin.clone(),
+            message,
+        };
+        let de =
+            toml::Deserializer::parse(&self.text).map_err(|e| invalid(located(&self.text, &e)))?;
+        Only::<T> {
+            name,
+            _t: PhantomData,
         }
+        .deserialize(de)
+        .map_err(|e| {
+            let (place, message) = split_located(&self.text, &e);
+            invalid(format!("{place}[{name}]: {message}"))
+        })
     }
 }
 
-/// `"line N: "` for the table header `[key]` (or `[key.`) in `text`, or empty.
-fn line_prefix(text: &str, key: &str) -> String {
-    line_of(text, key)
-        .map(|n| format!("line {n}: "))
-        .unwrap_or_default()
+/// Deserializes the one top-level key `name` of a document as `T`, skipping the others.
+struct Only<'a, T> {
+    name: &'a str,
+    _t: PhantomData<T>,
 }
 
-fn line_of(text: &str, key: &str) -> Option<usize> {
-    text.lines()
-        .position(|l| {
-            let l = l.trim();
-            l == format!("[{key}]")
-                || l.starts_with(&format!("[{key}."))
-                || l.starts_with(&format!("{key} ="))
-        })
-        .map(|i| i + 1)
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Only<'_, T> {
+    type Value = Option<T>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Only<'_, T> {
+    type Value = Option<T>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a table with a `{}` section", self.name)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<T>, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.name {
+                found = Some(map.next_value::<T>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// `line L, column C` of byte `offset` in `text` (both from 1, columns in characters).
+fn line_col(text: &str, offset: usize) -> String {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    format!("line {line}, column {col}")
+}
+
+/// A toml error as `line L, column C: message` (with a suggestion for a misspelt key).
+fn located(text: &str, e: &toml::de::Error) -> String {
+    let (place, message) = split_located(text, e);
+    format!("{place}{message}")
+}
+
+fn split_located(text: &str, e: &toml::de::Error) -> (String, String) {
+    let place = e
+        .span()
+        .map(|s| format!("{}: ", line_col(text, s.start)))
+        .unwrap_or_default();
+    let message = e.message().trim_end().to_string();
+    let hint = misspelt(&message);
+    (place, format!("{message}{hint}"))
+}
+
+/// For serde's "unknown field `x`, expected ..." (or variant), the closest expected name.
+fn misspelt(message: &str) -> String {
+    if !(message.starts_with("unknown field") || message.starts_with("unknown variant")) {
+        return String::new();
+    }
+    let mut names = message.split('`').skip(1).step_by(2);
+    let Some(wrong) = names.next() else {
+        return String::new();
+    };
+    did_you_mean(wrong, names)
+}
+
+/// ` (did you mean `x`?)` when one of `candidates` is close to `wrong`, else empty.
+fn did_you_mean<'a>(wrong: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+    candidates
+        .map(|c| (strsim::jaro_winkler(wrong, c), c))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| format!(" (did you mean `{c}`?)"))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -457,7 +570,8 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(err.contains("line 1"), "{err}");
+        // The name itself, not the profile's header.
+        assert!(err.contains("line 2, column 23"), "{err}");
         assert!(err.contains("nope"), "{err}");
     }
 

@@ -40,6 +40,7 @@ mod result;
 pub mod schema;
 pub mod shape;
 mod tool;
+mod validate;
 
 pub use catalog::{
     ALL_PROFILE, Catalog, CatalogError, DEFAULT_CATALOG, DEFAULT_MAX_OUTPUT_BYTES, Lane, ToolSpec,
@@ -51,3 +52,4 @@ pub use schema::{SchemaFormat, ToolDefinition, export, result_envelope_schema, s
 pub use tool::{
     Annotations, Progress, ProgressSink, Tool, ToolContext, Typed, TypedTool, parse_args,
 };
+pub use validate::ArgValidator;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::{Tool, ToolContext, ToolDefinition, ToolError, ToolResult};
+use crate::{ArgValidator, Tool, ToolContext, ToolDefinition, ToolError, ToolResult};
 
 /// Registering a tool failed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -13,6 +13,14 @@ pub enum RegistryError {
     /// Two tools with one name.
     #[error("a tool named `{0}` is already registered")]
     Duplicate(String),
+    /// The tool's input schema does not compile into a validator.
+    #[error("the input schema of tool `{tool}` is not valid JSON Schema: {message}")]
+    InvalidSchema {
+        /// The tool.
+        tool: String,
+        /// What the compiler said.
+        message: String,
+    },
 }
 
 /// The error for a call to a tool that is not served, naming the ones that are.
@@ -23,10 +31,17 @@ pub fn unknown_tool(name: &str, available: &[&str]) -> ToolError {
     ))
 }
 
+/// A registered tool, with the validator the registry applies when the tool does not.
+#[derive(Clone)]
+struct Entry {
+    tool: Arc<dyn Tool>,
+    validator: Option<Arc<ArgValidator>>,
+}
+
 /// Tools by name. Iteration order is by name, so listings are deterministic.
 #[derive(Clone, Default)]
 pub struct Registry {
-    tools: BTreeMap<String, Arc<dyn Tool>>,
+    tools: BTreeMap<String, Entry>,
 }
 
 impl Registry {
@@ -35,19 +50,27 @@ impl Registry {
         Self::default()
     }
 
-    /// Add a tool; a name already taken is an error.
+    /// Add a tool, compiling its argument validator now; a name already taken, or a schema
+    /// that does not compile, is an error.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
         let name = tool.name().to_string();
         if self.tools.contains_key(&name) {
             return Err(RegistryError::Duplicate(name));
         }
-        self.tools.insert(name, tool);
+        let validator = tool
+            .arg_validator()
+            .map_err(|message| RegistryError::InvalidSchema {
+                tool: name.clone(),
+                message,
+            })?;
+        let validator = (!tool.checks_args()).then_some(validator);
+        self.tools.insert(name, Entry { tool, validator });
         Ok(())
     }
 
     /// The tool called `name`.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.tools.get(name).cloned()
+        self.tools.get(name).map(|e| e.tool.clone())
     }
 
     /// The names of all tools, sorted.
@@ -64,16 +87,21 @@ impl Registry {
     pub fn definitions(&self) -> Vec<ToolDefinition> {
         self.tools
             .values()
-            .map(|t| ToolDefinition::of(t.as_ref(), None))
+            .map(|e| ToolDefinition::of(e.tool.as_ref(), None))
             .collect()
     }
 
     /// Run `name` with `args`; every failure, an unknown name included, is a result.
     pub async fn invoke(&self, name: &str, args: Value, ctx: &ToolContext) -> ToolResult {
-        let Some(tool) = self.get(name) else {
+        let Some(entry) = self.tools.get(name) else {
             return unknown_tool(name, &self.list()).into();
         };
-        tool.invoke(args, ctx).await.into()
+        if let Some(v) = &entry.validator
+            && let Err(e) = v.check(name, &args, ctx)
+        {
+            return e.into();
+        }
+        entry.tool.invoke(args, ctx).await.into()
     }
 }
 

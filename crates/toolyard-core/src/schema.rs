@@ -22,7 +22,52 @@ pub fn schema_of<T: JsonSchema>() -> Value {
             map.insert("properties".into(), Value::Object(Map::new()));
         }
     }
+    clean_formats(&mut value);
     value
+}
+
+/// The `format` values JSON Schema 2020-12 defines; schemars adds its own (`uint64`, `int32`,
+/// `double`, ...) that strict clients reject as unknown.
+const STANDARD_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Drop every non-standard `format` keyword in `schema` (the integer ranges stay as
+/// `minimum` / `maximum`).
+pub fn clean_formats(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            // A string value is the keyword; a property *named* format has a schema (an object).
+            if map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| !STANDARD_FORMATS.contains(&f))
+            {
+                map.remove("format");
+            }
+            map.values_mut().for_each(clean_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(clean_formats),
+        _ => {}
+    }
 }
 
 /// Everything a model API needs to know about one tool.
@@ -85,11 +130,41 @@ impl ToolDefinition {
         Self {
             name: tool.name().to_string(),
             description: description.unwrap_or(tool.description()).to_string(),
-            input_schema: tool.input_schema(),
-            output_schema,
+            input_schema: {
+                let mut s = tool.input_schema();
+                clean_formats(&mut s);
+                s
+            },
+            output_schema: output_schema.map(|mut s| {
+                clean_formats(&mut s);
+                s
+            }),
             result_is_data,
             annotations: tool.annotations(),
         }
+    }
+
+    /// State the catalog's default and ceiling on a `timeout_ms` argument, when the tool has one:
+    /// the schema's `maximum` is the ceiling, so a client can check it before calling.
+    pub fn with_timeout_limits(mut self, default_ms: u64, max_ms: u64) -> Self {
+        if let Some(t) = self
+            .input_schema
+            .get_mut("properties")
+            .and_then(|p| p.get_mut("timeout_ms"))
+            .and_then(Value::as_object_mut)
+        {
+            t.insert("maximum".into(), json!(max_ms));
+            let said = t.get("description").and_then(Value::as_str).unwrap_or("");
+            let said = said.trim_end_matches('.');
+            let sep = if said.is_empty() { "" } else { ". " };
+            t.insert(
+                "description".into(),
+                json!(format!(
+                    "{said}{sep}Default {default_ms}, at most {max_ms}."
+                )),
+            );
+        }
+        self
     }
 
     /// OpenAI function-tool form (`{"type":"function","function":{...}}`).

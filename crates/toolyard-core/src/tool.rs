@@ -1,5 +1,6 @@
 //! The `Tool` trait, its typed form, and the context a call runs in.
 
+use std::any::TypeId;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::validate::ArgValidator;
 use crate::{ToolError, ToolResult};
 
 /// Hints a client may show or act on (MCP's tool annotations).
@@ -167,6 +169,22 @@ pub trait Tool: Send + Sync {
     }
     /// Behaviour hints.
     fn annotations(&self) -> Annotations;
+    /// The compiled validator of [`Tool::input_schema`]; an error says why it does not compile.
+    /// Typed tools compile theirs once per type and share it.
+    fn arg_validator(&self) -> Result<Arc<ArgValidator>, String> {
+        ArgValidator::new(&self.input_schema()).map(Arc::new)
+    }
+    /// Whether `invoke` checks its arguments against the schema itself (typed tools do), so a
+    /// caller need not.
+    fn checks_args(&self) -> bool {
+        false
+    }
+    /// What must be configured before this tool can work (which environment variable or
+    /// catalog key), or `None` when it can. Servers leave a tool that needs something out of
+    /// their listings.
+    fn needs(&self) -> Option<String> {
+        None
+    }
     /// Run the call. An `Err` is a result the model reads, not a crash.
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
 }
@@ -188,6 +206,16 @@ pub trait TypedTool: Send + Sync + 'static {
     }
     /// Whether the result is its `data` (see [`Tool::result_is_data`]).
     fn result_is_data(&self) -> bool {
+        false
+    }
+    /// What must be configured before this tool can work (see [`Tool::needs`]).
+    fn needs(&self) -> Option<String> {
+        None
+    }
+    /// Whether `run` itself checks every constraint its schema states, all at once and with
+    /// messages that say more (the artifact tools): the schema then judges only arguments that
+    /// do not parse.
+    fn checks_own_args(&self) -> bool {
         false
     }
     /// Run the call with parsed arguments.
@@ -217,8 +245,49 @@ impl<T: TypedTool> Tool for Typed<T> {
     fn annotations(&self) -> Annotations {
         self.0.annotations()
     }
+    fn arg_validator(&self) -> Result<Arc<ArgValidator>, String> {
+        crate::validate::cached(TypeId::of::<T>(), || self.input_schema())
+    }
+    fn checks_args(&self) -> bool {
+        true
+    }
+    fn needs(&self) -> Option<String> {
+        self.0.needs()
+    }
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let parsed = parse_args::<T::Args>(self.0.name(), args)?;
+        let name = self.0.name();
+        // parse_args says what arguments that are not an object must be.
+        let validator = if args.is_null() || args.is_object() {
+            Some(self.arg_validator().map_err(|e| {
+                ToolError::Unavailable(format!(
+                    "{name}: its argument schema does not compile ({e}); this is a Toolyard bug"
+                ))
+            })?)
+        } else {
+            None
+        };
+        if self.0.checks_own_args() {
+            return match parse_args::<T::Args>(name, args.clone()) {
+                Ok(parsed) => self.0.run(parsed, ctx).await,
+                // One mistake: the tool's own words; several: all of them at once, where
+                // serde names only the first.
+                Err(first) => {
+                    let all = validator.map(|v| (v.problems(&args, ctx), v));
+                    match all {
+                        Some((problems, v)) if problems.len() > 1 => {
+                            Err(v.refusal(name, &problems))
+                        }
+                        _ => Err(first),
+                    }
+                }
+            };
+        }
+        // Every front door (each dialect, MCP, the CLI) comes through here: refuse what the
+        // advertised schema refuses, all of it at once, before serde sees the first mistake.
+        if let Some(v) = validator {
+            v.check(name, &args, ctx)?;
+        }
+        let parsed = parse_args::<T::Args>(name, args)?;
         self.0.run(parsed, ctx).await
     }
 }

@@ -675,3 +675,31 @@ fn non_ascii_input_is_analysed_without_crashing_the_parser() {
     }
     assert!(p.check("echo 'héllo wörld' > notes.txt").is_allowed());
 }
+
+/// `/dev/tcp/HOST/PORT` and `/dev/udp/HOST/PORT` are bash's network syntax, not devices: the
+/// policy does not know the lane, so it lets them through and the sandbox's network rule
+/// decides (the no-net lane has no network to reach).
+#[test]
+fn bash_network_paths_are_not_device_writes() {
+    let p = policy();
+    for cmd in [
+        "exec 3<>/dev/tcp/127.0.0.1/8080",
+        "echo ping > /dev/udp/127.0.0.1/5353",
+        "exec 5<> /dev/tcp/example.com/80 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&5",
+        "cat < /dev/tcp/localhost/7",
+    ] {
+        assert_eq!(p.check(cmd), Decision::Allow, "{cmd}");
+    }
+    // The escape hatch is the path after normalisation, not its first words.
+    for cmd in [
+        "echo x > /dev/tcp/../sda",
+        "exec 3<>/dev/tcp",
+        "echo x > /dev/udp/../../dev/sdb",
+    ] {
+        assert!(
+            matches!(p.check(cmd), Decision::Block { ref rule, .. } if rule == "dev-write"),
+            "{cmd}: {:?}",
+            p.check(cmd)
+        );
+    }
+}

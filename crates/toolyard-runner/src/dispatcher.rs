@@ -119,6 +119,9 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// Open the workspace and build the dialect's tools, filtered by the profile.
     pub fn new(config: DispatcherConfig) -> Result<Self, ToolError> {
+        // Every section now, so a mistake fails the start, not the first call that reads it.
+        crate::check_catalog(&config.catalog)
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
         let env = Arc::new(ToolEnv::open_with_state(
             &config.workspace,
             config.catalog.clone(),
@@ -171,9 +174,20 @@ impl Dispatcher {
         self.tools.keys().map(String::as_str).collect()
     }
 
-    /// Definitions of the tools served, sorted by name. A description set in the catalog file
-    /// replaces the tool's own (for tools that keep their catalog name).
+    /// Definitions of the tools served and able to work, sorted by name: a tool that needs
+    /// configuring (web_search without a provider, oracle without an endpoint) is left out. A
+    /// description set in the catalog file replaces the tool's own (for tools that keep their
+    /// catalog name).
     pub fn definitions(&self) -> Vec<ToolDefinition> {
+        self.all_definitions()
+            .into_iter()
+            .filter_map(|(d, need)| need.is_none().then_some(d))
+            .collect()
+    }
+
+    /// Definitions of every tool of the dialect and profile, each with what it still needs
+    /// configured (`None`: it can work).
+    pub fn all_definitions(&self) -> Vec<(ToolDefinition, Option<String>)> {
         self.tools
             .values()
             .map(|t| {
@@ -181,11 +195,13 @@ impl Dispatcher {
                     .then(|| self.config.catalog.tool(t.engine))
                     .flatten()
                     .and_then(|s| s.description.as_deref());
-                let mut def = ToolDefinition::of(t.tool.as_ref(), custom);
+                let spec = self.spec(t.engine);
+                let mut def = ToolDefinition::of(t.tool.as_ref(), custom)
+                    .with_timeout_limits(spec.timeout_ms, spec.max_timeout_ms);
                 if self.config.mode == Mode::Inline && RUNS_COMMANDS.contains(&t.engine) {
                     def.description.push_str(INLINE_NOTE);
                 }
-                def
+                (def, t.tool.needs())
             })
             .collect()
     }
@@ -224,6 +240,14 @@ impl Dispatcher {
         let Some(entry) = self.tools.get(&req.tool) else {
             return toolyard_core::unknown_tool(&req.tool, &self.tool_names()).into();
         };
+        // Known but unlisted: say what to configure rather than run it to fail.
+        if let Some(need) = entry.tool.needs() {
+            return ToolError::Unavailable(format!(
+                "`{}` is not set up, so it is not listed: {need}; then restart Toolyard",
+                req.tool
+            ))
+            .into();
+        }
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
         let call_id = format!("{}-{n}", std::process::id());
         if self.hooks.is_empty() {

@@ -708,6 +708,11 @@ impl<A: Artifact> TypedTool for CreateArtifact<A> {
         }))
     }
 
+    fn checks_own_args(&self) -> bool {
+        // `store` validates every schema rule, all problems at once, in better words.
+        true
+    }
+
     async fn run(&self, args: A, _ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let workspace = self.workspace.clone();
         let artifact = serde_json::to_value(&args)?;

@@ -211,6 +211,17 @@ impl TypedTool for Oracle {
         }
     }
 
+    fn needs(&self) -> Option<String> {
+        let problem = match &self.config {
+            Err(e) => e.clone(),
+            Ok(c) => self.route(c).err()?,
+        };
+        Some(match problem {
+            ToolError::Unavailable(m) | ToolError::InvalidArguments(m) => m,
+            other => other.to_string(),
+        })
+    }
+
     fn output_schema(&self) -> Option<Value> {
         Some(json!({
             "type": "object",

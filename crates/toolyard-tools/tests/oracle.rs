@@ -312,3 +312,25 @@ fn the_oracle_section_parses_from_a_catalog() {
             .contains("modle")
     );
 }
+
+#[test]
+fn oracle_needs_an_endpoint_and_a_model_and_says_where_to_set_them() {
+    let need = oracle(OracleConfig::default(), env_of(&[]))
+        .needs()
+        .expect("no endpoint: oracle cannot work");
+    assert!(need.contains("TOOLYARD_ORACLE_BASE_URL"), "{need}");
+    assert!(need.contains("[oracle]"), "{need}");
+    let need = oracle(
+        OracleConfig::default(),
+        env_of(&[("TOOLYARD_ORACLE_BASE_URL", "http://127.0.0.1:9/v1")]),
+    )
+    .needs()
+    .expect("no model");
+    assert!(need.contains("TOOLYARD_ORACLE_MODEL"), "{need}");
+    let ready = OracleConfig {
+        base_url: Some("http://127.0.0.1:9/v1".into()),
+        model: Some("m".into()),
+        ..Default::default()
+    };
+    assert!(oracle(ready, env_of(&[])).needs().is_none());
+}

@@ -519,8 +519,10 @@ async fn max_results_is_bounded_in_schema_and_code() {
     let err = search(&t, json!({"query": "x", "max_results": 11}))
         .await
         .unwrap_err();
+    // The advertised schema refuses it before the tool runs, naming the bound.
     assert!(
-        err.to_string().contains("max_results must be 1 to 10"),
+        err.to_string()
+            .contains("max_results: 11 is greater than the maximum of 10"),
         "{err}"
     );
     let err = search(&t, json!({"query": "  "})).await.unwrap_err();
@@ -578,4 +580,38 @@ async fn an_invalid_web_section_fails_every_call_with_its_message() {
             .unwrap_err();
         assert!(err.to_string().contains("proxi"), "{err}");
     }
+}
+
+#[test]
+fn web_search_needs_a_provider_and_says_which_keys_give_one() {
+    let need = tool(WebConfig::default(), no_env())
+        .needs()
+        .expect("no provider: web_search cannot work");
+    for var in [
+        "SERPER_API_KEY",
+        "BRAVE_API_KEY",
+        "GOOGLE_API_KEY",
+        "SEARXNG_URL",
+    ] {
+        assert!(need.contains(var), "{var} missing from: {need}");
+    }
+    assert!(need.contains("[web"), "no catalog key in: {need}");
+    assert!(
+        tool(WebConfig::default(), env_of(&[("BRAVE_API_KEY", "k")]))
+            .needs()
+            .is_none()
+    );
+    let mut c = WebConfig::default();
+    c.serper.api_key = Some("k".into());
+    assert!(tool(c, no_env()).needs().is_none());
+    // web_fetch needs nothing.
+    let tools = toolyard_tools::web::tools_with(Ok(WebConfig::default()), no_env());
+    assert!(
+        tools
+            .iter()
+            .find(|t| t.name() == "web_fetch")
+            .unwrap()
+            .needs()
+            .is_none()
+    );
 }

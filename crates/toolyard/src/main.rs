@@ -155,6 +155,9 @@ struct ToolsArgs {
     /// Print JSON definitions in this format: openai, anthropic or mcp.
     #[arg(long)]
     format: Option<SchemaFormat>,
+    /// Show every tool, also those that are not listed until configured, with what they need.
+    #[arg(long)]
+    all: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -276,11 +279,14 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// The catalog, every section checked: a mistake anywhere stops every subcommand at once.
 pub(crate) fn load_catalog(path: Option<&Path>) -> Result<Catalog> {
-    match path {
-        Some(p) => Ok(Catalog::load(p)?),
-        None => Ok(Catalog::builtin()),
-    }
+    let catalog = match path {
+        Some(p) => Catalog::load(p)?,
+        None => Catalog::builtin(),
+    };
+    toolyard_runner::check_catalog(&catalog)?;
+    Ok(catalog)
 }
 
 pub(crate) fn dispatcher(common: &Common) -> Result<Dispatcher> {
@@ -344,26 +350,39 @@ fn tools(args: ToolsArgs) -> Result<ExitCode> {
     // Listing reads no state: a throwaway state directory keeps the user's untouched.
     let scratch = tempfile::tempdir().context("cannot create a temporary directory")?;
     let dispatcher = dispatcher_with_state(&args.common, Some(scratch.path()))?;
-    let defs = dispatcher.definitions();
+    // Without --all, only the tools that can work: what tools/list shows.
+    let entries: Vec<_> = dispatcher
+        .all_definitions()
+        .into_iter()
+        .filter(|(_, need)| args.all || need.is_none())
+        .collect();
     match args.format {
         Some(format) => {
+            let defs: Vec<_> = entries.into_iter().map(|(d, _)| d).collect();
             let json = toolyard_core::export(&defs, format);
             out!("{}", serde_json::to_string_pretty(&json)?);
         }
         None => {
             out!(
                 "{} tools (dialect {}, profile {}):",
-                defs.len(),
+                entries.len(),
                 args.common.dialect,
                 args.common.profile
             );
-            for d in &defs {
+            for (d, need) in &entries {
                 let lane = dispatcher
                     .spec_of(&d.name)
                     .map(|s| s.lane.to_string())
                     .unwrap_or_default();
                 let first = d.description.split(". ").next().unwrap_or("");
                 out!("  {:<22} {:<7} {}", d.name, lane, first);
+                if let Some(need) = need {
+                    out!("  {:<22} {:<7} UNAVAILABLE (not listed): {need}", "", "");
+                }
+            }
+            let hidden = dispatcher.all_definitions().len() - dispatcher.definitions().len();
+            if !args.all && hidden > 0 {
+                out!("({hidden} more need configuring; see them with --all)");
             }
         }
     }

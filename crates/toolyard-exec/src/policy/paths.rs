@@ -68,6 +68,10 @@ const SAFE_DEVICES: &[&str] = &[
 /// Device directories whose entries may be written (`/dev/fd/N`, `/dev/shm/...`).
 const SAFE_DEVICE_DIRS: &[&str] = &["fd", "shm"];
 
+/// Bash's network redirections, `/dev/tcp/HOST/PORT` and `/dev/udp/HOST/PORT`: no device
+/// is opened. The policy does not know the lane; the sandbox's network rule decides.
+const NETWORK_DIRS: &[&str] = &["tcp", "udp"];
+
 /// Which kind of protected place a path reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Area {
@@ -297,6 +301,7 @@ pub(crate) fn unsafe_device(w: &Word) -> bool {
     match seg_literal(dev) {
         Some(name) if more.is_empty() && SAFE_DEVICES.contains(&name.as_str()) => false,
         Some(name) if !more.is_empty() && SAFE_DEVICE_DIRS.contains(&name.as_str()) => false,
+        Some(name) if more.len() == 2 && NETWORK_DIRS.contains(&name.as_str()) => false,
         _ => true,
     }
 }

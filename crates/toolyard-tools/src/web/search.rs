@@ -451,6 +451,17 @@ impl TypedTool for WebSearch {
         Annotations::WEB
     }
 
+    fn needs(&self) -> Option<String> {
+        let problem = match &self.config {
+            Err(e) => e.clone(),
+            Ok(c) => self.choose(c).err()?,
+        };
+        Some(match problem {
+            ToolError::Unavailable(m) | ToolError::InvalidArguments(m) => m,
+            other => other.to_string(),
+        })
+    }
+
     fn output_schema(&self) -> Option<Value> {
         Some(json!({
             "type": "object",

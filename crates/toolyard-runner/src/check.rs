@@ -1,0 +1,51 @@
+//! Checking a whole catalog at start, each section as the crate that reads it reads it, so a
+//! mistake anywhere fails the load (with its line and column) instead of the first call.
+
+use toolyard_core::{Catalog, CatalogError};
+use toolyard_exec::ExecConfig;
+use toolyard_exec::policy::{CommandPolicy, PolicyConfig};
+use toolyard_exec::sandbox::{LanesConfig, SandboxConfig};
+use toolyard_tools::command::ProjectConfig;
+use toolyard_tools::oracle::OracleConfig;
+use toolyard_tools::web::WebConfig;
+use toolyard_workspace::JournalConfig;
+
+use crate::HooksConfig;
+
+/// Check every section of `catalog` (`[policy]`, `[sandbox]`, `[lanes]`, `[exec]`, `[hooks]`,
+/// `[journal]`, `[web]`, `[oracle]`, `[project]`) and the policy's patterns; the error lists
+/// every mistake found, one a line. The tools and profiles were checked when it was parsed.
+pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
+    let checks: [Result<(), CatalogError>; 9] = [
+        catalog.check_section::<PolicyConfig>("policy"),
+        catalog.check_section::<SandboxConfig>("sandbox"),
+        catalog.check_section::<LanesConfig>("lanes"),
+        catalog.check_section::<ExecConfig>("exec"),
+        catalog.check_section::<HooksConfig>("hooks"),
+        catalog.check_section::<JournalConfig>("journal"),
+        catalog.check_section::<WebConfig>("web"),
+        catalog.check_section::<OracleConfig>("oracle"),
+        catalog.check_section::<ProjectConfig>("project"),
+    ];
+    let mut messages: Vec<String> = checks
+        .into_iter()
+        .filter_map(Result::err)
+        .map(|e| match e {
+            CatalogError::Invalid { message, .. } => message,
+            other => other.to_string(),
+        })
+        .collect();
+    // A policy that deserializes can still hold a pattern that does not compile.
+    if let Ok(policy) = catalog.section::<PolicyConfig>("policy")
+        && let Err(e) = CommandPolicy::new(&policy)
+    {
+        messages.push(e.to_string());
+    }
+    if messages.is_empty() {
+        return Ok(());
+    }
+    Err(CatalogError::Invalid {
+        origin: catalog.origin().to_string(),
+        message: messages.join("\n"),
+    })
+}
