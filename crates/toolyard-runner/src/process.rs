@@ -60,6 +60,10 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
     config
         .extra_write
         .push(state.outputs_dir().display().to_string());
+    // The runner moves what a command did to protected paths here.
+    config
+        .extra_write
+        .push(state.quarantine_dir().display().to_string());
     let lanes: LanesConfig = catalog.section("lanes").map_err(bad)?;
     let mut policy = LanePolicy::new(args.lane, root.clone(), temp_dir.clone());
     policy.config = config;

@@ -14,6 +14,8 @@ use toolyard_core::{
     Annotations, Progress, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
 };
 use toolyard_exec::policy::{CommandPolicy, Decision, PolicyConfig};
+use toolyard_exec::protect::Protected;
+use toolyard_exec::sandbox::SandboxConfig;
 use toolyard_exec::{EnvPolicy, ExecConfig, ExecOutcome, ExecRequest};
 
 use crate::ToolEnv;
@@ -60,6 +62,8 @@ pub struct CommandEnv {
     policy: CommandPolicy,
     env_policy: EnvPolicy,
     project: ProjectConfig,
+    /// The paths through which code runs outside the sandbox, checked around every command.
+    protected: Protected,
 }
 
 impl CommandEnv {
@@ -69,6 +73,12 @@ impl CommandEnv {
         let policy_config: PolicyConfig = env.catalog.section("policy").map_err(bad)?;
         let exec_config: ExecConfig = env.catalog.section("exec").map_err(bad)?;
         let project: ProjectConfig = env.catalog.section("project").map_err(bad)?;
+        let sandbox: SandboxConfig = env.catalog.section("sandbox").map_err(bad)?;
+        let protected = Protected::new(
+            env.workspace.root(),
+            &toolyard_exec::protect::configured(&sandbox),
+            &[],
+        );
         let policy = CommandPolicy::new(&policy_config)
             .map_err(|e| ToolError::InvalidArguments(format!("catalog [policy]: {e}")))?;
         Ok(Self {
@@ -76,6 +86,7 @@ impl CommandEnv {
             policy,
             env_policy: EnvPolicy::from_config(&exec_config),
             project,
+            protected,
         })
     }
 
@@ -144,7 +155,32 @@ impl CommandEnv {
                 )),
             })
         }));
-        toolyard_exec::run(req).await
+        // What the command does to protected paths is undone once it has ended (with its
+        // whole process tree), and said: a planted git hook never runs.
+        let protected = self.protected.clone();
+        let before = tokio::task::spawn_blocking(move || protected.snapshot())
+            .await
+            .map_err(|e| ToolError::Io(format!("checking the protected paths: {e}")))?;
+        let result = toolyard_exec::run(req).await;
+        let quarantine = self.env.state.quarantine_dir();
+        let undone = tokio::task::spawn_blocking(move || before.restore(&quarantine))
+            .await
+            .map_err(|e| ToolError::Io(format!("restoring the protected paths: {e}")))?;
+        let mut outcome = result?;
+        if !undone.is_empty() {
+            tracing::warn!(
+                changes = undone.len(),
+                "a command changed protected paths; undone"
+            );
+            if !outcome.stderr.is_empty() && !outcome.stderr.ends_with('\n') {
+                outcome.stderr.push('\n');
+            }
+            outcome
+                .stderr
+                .push_str(&toolyard_exec::protect::describe(&undone));
+            outcome.stderr.push('\n');
+        }
+        Ok(outcome)
     }
 
     /// The command `tool` (build / test / validate) runs when the call names none.

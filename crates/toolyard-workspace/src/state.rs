@@ -107,6 +107,11 @@ impl StateDir {
         self.sub("outputs")
     }
 
+    /// Where changes commands made to protected paths are moved (never deleted).
+    pub fn quarantine_dir(&self) -> PathBuf {
+        self.sub("quarantine")
+    }
+
     /// Private temp directories for runners.
     pub fn tmp_dir(&self) -> PathBuf {
         self.sub("tmp")

@@ -108,3 +108,82 @@ fn a_command_environment_holds_no_secret() {
     assert!(out.contains("PATH="), "{out}");
     assert!(!out.contains(CANARY), "{out}");
 }
+
+fn git(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir.parent().unwrap())
+        .output()
+        .expect("git runs")
+}
+
+#[test]
+fn planted_git_hooks_and_editor_tasks_never_run_outside_the_sandbox() {
+    let e = env();
+    let markers = e.ws.parent().unwrap().join("markers");
+    std::fs::create_dir(&markers).unwrap();
+    assert!(git(&e.ws, &["init", "-q"]).status.success());
+    for kv in [["user.email", "t@example.invalid"], ["user.name", "t"]] {
+        assert!(git(&e.ws, &["config", kv[0], kv[1]]).status.success());
+    }
+    std::fs::write(e.ws.join("tracked.txt"), "one\n").unwrap();
+    assert!(git(&e.ws, &["add", "."]).status.success());
+    assert!(git(&e.ws, &["commit", "-qm", "first"]).status.success());
+    let config_before = std::fs::read(e.ws.join(".git/config")).unwrap();
+
+    for (i, tool) in ["run_command", "run_command_isolated"].iter().enumerate() {
+        let m = markers.display();
+        let attack = format!(
+            r#"set -e
+echo change{i} >> tracked.txt
+git add tracked.txt && git commit -qm "agent commit {i}" && echo COMMITTED
+printf '#!/bin/sh\ntouch {m}/hook\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit
+printf '#!/bin/sh\ntouch {m}/fsmonitor\n' > fsmon.sh; chmod +x fsmon.sh
+git config core.fsmonitor "$PWD/fsmon.sh"
+mkdir -p evil; printf '#!/bin/sh\ntouch {m}/hookspath\n' > evil/pre-commit; chmod +x evil/pre-commit
+git config core.hooksPath evil
+mkdir -p .vscode; echo '{{"version":"2.0.0","tasks":[{{"label":"x","type":"shell","command":"touch {m}/vscode","runOptions":{{"runOn":"folderOpen"}}}}]}}' > .vscode/tasks.json
+echo PLANTED"#
+        );
+        let v = call(&e, tool, json!({ "command": attack }));
+        let out = v["output"].as_str().unwrap_or_default();
+        assert!(
+            out.contains("COMMITTED"),
+            "{tool}: git add/commit work: {out}"
+        );
+        assert!(
+            out.contains("Toolyard undid changes to protected paths"),
+            "{tool}: {out}"
+        );
+        assert!(
+            !e.ws.join(".git/hooks/pre-commit").exists(),
+            "{tool}: {out}"
+        );
+        assert!(!e.ws.join(".vscode").exists(), "{tool}: {out}");
+        assert_eq!(
+            std::fs::read(e.ws.join(".git/config")).unwrap(),
+            config_before,
+            "{tool}: the config is back"
+        );
+        let log = git(&e.ws, &["log", "--oneline"]);
+        assert!(
+            String::from_utf8_lossy(&log.stdout).contains(&format!("agent commit {i}")),
+            "{tool}: the command's own commit stands"
+        );
+        // Now the user's git, outside any sandbox.
+        assert!(git(&e.ws, &["status"]).status.success());
+        std::fs::write(e.ws.join("tracked.txt"), format!("user {i}\n")).unwrap();
+        assert!(
+            git(&e.ws, &["commit", "-qam", "user commit"])
+                .status
+                .success()
+        );
+        let fired: Vec<_> = std::fs::read_dir(&markers).unwrap().flatten().collect();
+        assert!(
+            fired.is_empty(),
+            "{tool}: planted code ran outside: {fired:?}"
+        );
+    }
+}
