@@ -2,7 +2,7 @@
 //! Calls are matched to results by job id; calls in flight when a runner dies get a clear
 //! error at once, never a hang.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -38,6 +38,8 @@ pub struct RunnerSpawn {
 struct Pending {
     done: oneshot::Sender<ToolResult>,
     progress: ProgressSink,
+    /// The job's session: the only one its runner may ask records for.
+    session: String,
 }
 
 type PendingMap = Arc<std::sync::Mutex<HashMap<String, Pending>>>;
@@ -95,7 +97,14 @@ impl Router {
         let bound = Duration::from_millis(job.max_timeout_ms) + Duration::from_secs(10);
         let (done, rx) = oneshot::channel();
         if let Ok(mut p) = conn.pending.lock() {
-            p.insert(id.clone(), Pending { done, progress });
+            p.insert(
+                id.clone(),
+                Pending {
+                    done,
+                    progress,
+                    session: job.session.clone(),
+                },
+            );
         }
         // The reader may have seen the runner die before the job was registered.
         if !conn.alive.load(Ordering::SeqCst) {
@@ -284,6 +293,7 @@ async fn read_results(
     tx: mpsc::UnboundedSender<ToRunner>,
     records: Arc<dyn Records>,
 ) {
+    let begun: Arc<std::sync::Mutex<HashSet<i64>>> = Arc::default();
     while let Ok(Some(line)) = lines.next_line().await {
         let msg: FromRunner = match serde_json::from_str(&line) {
             Ok(m) => m,
@@ -308,10 +318,30 @@ async fn read_results(
                 }
             }
             FromRunner::Request { rid, op } => {
-                let (records, tx) = (records.clone(), tx.clone());
+                // A runner's request is a claim, checked before it is carried out: it may act
+                // only for the sessions of its own jobs in flight, and end only the journal
+                // entries it began.
+                if let Err(e) = claim_is_owned(&op, &pending, &begun) {
+                    tracing::warn!(%lane, error = %e, "router: refused a runner's records request");
+                    let _ = tx.send(ToRunner::Reply {
+                        rid,
+                        result: Reply::from_result(Err(e)),
+                    });
+                    continue;
+                }
+                let (records, tx, begun) = (records.clone(), tx.clone(), begun.clone());
                 tokio::spawn(async move {
-                    let result = Reply::from_result(apply(records.as_ref(), op).await);
-                    let _ = tx.send(ToRunner::Reply { rid, result });
+                    let is_begin = matches!(op, RecordOp::JournalBegin { .. });
+                    let result = apply(records.as_ref(), op).await;
+                    if let (true, Ok(Some(change))) = (is_begin, &result)
+                        && let Ok(mut b) = begun.lock()
+                    {
+                        b.insert(*change);
+                    }
+                    let _ = tx.send(ToRunner::Reply {
+                        rid,
+                        result: Reply::from_result(result),
+                    });
                 });
             }
             FromRunner::Ready { .. } => {}
@@ -327,6 +357,44 @@ async fn read_results(
         .unwrap_or_default();
     for p in drained {
         let _ = p.done.send(died(lane).into());
+    }
+}
+
+/// Whether a runner may make `op`: its session is one of this runner's jobs in flight, and a
+/// journal entry it ends is one it began.
+fn claim_is_owned(
+    op: &RecordOp,
+    pending: &PendingMap,
+    begun: &std::sync::Mutex<HashSet<i64>>,
+) -> Result<(), ToolError> {
+    let session = match op {
+        RecordOp::RecordRead { session, .. }
+        | RecordOp::CheckWrite { session, .. }
+        | RecordOp::RecordWrite { session, .. }
+        | RecordOp::JournalBegin { session, .. } => session,
+        RecordOp::JournalEnd { change, .. } => {
+            let owned = begun.lock().map(|mut b| b.remove(change)).unwrap_or(false);
+            return if owned {
+                Ok(())
+            } else {
+                Err(ToolError::Blocked {
+                    rule: "runner records".into(),
+                    reason: format!("change {change} was not begun by this runner"),
+                })
+            };
+        }
+    };
+    let ok = pending
+        .lock()
+        .map(|p| p.values().any(|job| &job.session == session))
+        .unwrap_or(false);
+    if ok {
+        Ok(())
+    } else {
+        Err(ToolError::Blocked {
+            rule: "runner records".into(),
+            reason: format!("this runner has no call of session {session} in flight"),
+        })
     }
 }
 
@@ -379,5 +447,49 @@ async fn apply(records: &dyn Records, op: RecordOp) -> Result<Option<i64>, ToolE
         RecordOp::JournalEnd { change, done } => {
             records.journal_end(change, done).await.map(|_| None)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending_of(session: &str) -> PendingMap {
+        let (done, _rx) = oneshot::channel();
+        let map = HashMap::from([(
+            "job-1".to_string(),
+            Pending {
+                done,
+                progress: Arc::new(|_| {}),
+                session: session.into(),
+            },
+        )]);
+        Arc::new(std::sync::Mutex::new(map))
+    }
+
+    fn write(session: &str) -> RecordOp {
+        RecordOp::RecordWrite {
+            session: session.into(),
+            path: "a.txt".into(),
+            hash: "h".into(),
+        }
+    }
+
+    #[test]
+    fn a_runner_may_claim_only_its_own_sessions_and_journal_entries() {
+        let pending = pending_of("alice");
+        let begun = std::sync::Mutex::new(HashSet::from([7]));
+        assert!(claim_is_owned(&write("alice"), &pending, &begun).is_ok());
+        let e = claim_is_owned(&write("bob"), &pending, &begun).unwrap_err();
+        assert!(e.to_string().contains("session bob"), "{e}");
+        let end = |change| RecordOp::JournalEnd { change, done: true };
+        assert!(claim_is_owned(&end(8), &pending, &begun).is_err());
+        assert!(claim_is_owned(&end(7), &pending, &begun).is_ok());
+        assert!(
+            claim_is_owned(&end(7), &pending, &begun).is_err(),
+            "an entry is ended once"
+        );
+        let idle: PendingMap = Arc::default();
+        assert!(claim_is_owned(&write("alice"), &idle, &begun).is_err());
     }
 }
