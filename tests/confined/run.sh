@@ -34,6 +34,13 @@ export TOOLYARD_TEST_BIN="$dir/toolyard"
 install -d -m 700 -o 65534 -g 65534 "$dir/nobody"
 
 status=0
+echo "-- doctor inside a default container's limits says what holds there"
+report=$("$dir/container_jail" "$dir/toolyard" doctor)
+grep -q "no-net: no network namespace here: the seccomp filter" <<<"$report" || {
+  echo "doctor did not say how no-net isolates in a container:" >&2
+  echo "$report" >&2
+  status=1
+}
 for t in $tests; do
   name=$(basename "$t")
   echo "-- $name as root without CAP_SYS_ADMIN"

@@ -409,19 +409,31 @@ fn check_command(args: CheckArgs) -> Result<ExitCode> {
 fn doctor(args: DoctorArgs) -> Result<ExitCode> {
     let catalog = load_catalog(args.catalog.as_deref())?;
     let sandbox: toolyard_exec::sandbox::SandboxConfig = catalog.section("sandbox")?;
+    let probe = toolyard_exec::sandbox::probe();
     out!("catalog: {}", catalog.origin());
     out!(
         "process-tree kill: {}",
         toolyard_exec::tree_kill_mechanism()
     );
-    out!("{}", toolyard_exec::sandbox::probe());
+    out!("{probe}");
+    out!("what holds here, lane by lane:");
     out!(
-        "no-net without a network namespace: {}",
-        if sandbox.allow_unsandboxed_no_net {
-            "runs anyway (catalog [sandbox] allow_unsandboxed_no_net = true)"
-        } else {
-            "refuses to start (fails closed)"
-        }
+        "  no-net: {}",
+        toolyard_exec::sandbox::no_net_here(&probe, &sandbox)
+    );
+    out!("  net:    network allowed; the file and process rules below");
+    out!("  heavy:  like net, plus the rlimits and cgroup limits above where available");
+    out!(
+        "  every lane: writes only in the workspace and the runner's temp dir (Landlock), secrets \
+         scrubbed from the environment, each command in its own Landlock domain, the runner and \
+         server non-dumpable"
+    );
+    let protected = toolyard_exec::protect::configured(&sandbox);
+    out!(
+        "protected paths ({}): snapshot before every command and undo after (a change is moved \
+         to the state directory's quarantine and the model told); the file tools refuse to \
+         write them; [sandbox] protected_paths replaces the list",
+        protected.join(", ")
     );
     out!(
         "with --inline: nothing is sandboxed; commands run with your full access to files and \

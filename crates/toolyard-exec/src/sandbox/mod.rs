@@ -453,6 +453,31 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
     Ok(report)
 }
 
+/// How `no-net` isolates here, judged from a [`probe`]: the network namespace, else the
+/// seccomp socket filter, else it refuses to start (or runs unisolated when allowed).
+pub fn no_net_here(probe: &SandboxReport, config: &SandboxConfig) -> String {
+    let available = |name: &str| {
+        probe
+            .features
+            .iter()
+            .any(|f| f.name == name && f.status == FeatureStatus::Available)
+    };
+    if available("net-namespace") {
+        "a network namespace of its own (private loopback only)".into()
+    } else if available("seccomp-net") {
+        "no network namespace here: the seccomp filter lets socket() make only AF_UNIX sockets"
+            .into()
+    } else if config.allow_unsandboxed_no_net {
+        "NOT ISOLATED: neither a namespace nor seccomp works here, and [sandbox] \
+         allow_unsandboxed_no_net = true lets it run anyway"
+            .into()
+    } else {
+        "refuses to start: neither a network namespace nor the seccomp filter works here \
+         (fails closed)"
+            .into()
+    }
+}
+
 /// What this kernel can enforce, without applying anything to this process.
 pub fn probe() -> SandboxReport {
     let mut report = SandboxReport::default();
@@ -469,11 +494,22 @@ pub fn probe() -> SandboxReport {
             FeatureStatus::Unavailable
         };
         report.add("landlock-scope", scope, "needs Landlock ABI 6");
+        report.add(
+            "command-domain",
+            FeatureStatus::Available,
+            "each command in a nested Landlock domain: no ptrace, /proc descriptors or memory \
+             of its runner or the server",
+        );
     } else {
         report.add(
             "landlock-fs",
             FeatureStatus::Unavailable,
             "Landlock is not supported or not enabled by this kernel",
+        );
+        report.add(
+            "command-domain",
+            FeatureStatus::Unavailable,
+            "needs Landlock: a command could reach its runner through /proc",
         );
     }
     let privileged = net::is_privileged();
