@@ -74,10 +74,17 @@ impl CommandEnv {
         let exec_config: ExecConfig = env.catalog.section("exec").map_err(bad)?;
         let project: ProjectConfig = env.catalog.section("project").map_err(bad)?;
         let sandbox: SandboxConfig = env.catalog.section("sandbox").map_err(bad)?;
+        // Toolyard's own catalog is protected too when it lies in the workspace.
+        let catalog_file = Path::new(env.catalog.origin());
+        let extra: Vec<_> = catalog_file
+            .is_absolute()
+            .then(|| catalog_file.to_path_buf())
+            .into_iter()
+            .collect();
         let protected = Protected::new(
             env.workspace.root(),
             &toolyard_exec::protect::configured(&sandbox),
-            &[],
+            &extra,
         );
         let policy = CommandPolicy::new(&policy_config)
             .map_err(|e| ToolError::InvalidArguments(format!("catalog [policy]: {e}")))?;

@@ -282,7 +282,10 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 /// The catalog, every section checked: a mistake anywhere stops every subcommand at once.
 pub(crate) fn load_catalog(path: Option<&Path>) -> Result<Catalog> {
     let catalog = match path {
-        Some(p) => Catalog::load(p)?,
+        // Absolute, so runners (started elsewhere) and the protected paths name the same file.
+        Some(p) => {
+            Catalog::load(&std::path::absolute(p).context("cannot resolve the catalog path")?)?
+        }
         None => Catalog::builtin(),
     };
     toolyard_runner::check_catalog(&catalog)?;
@@ -300,7 +303,12 @@ fn dispatcher_with_state(common: &Common, state_dir: Option<&Path>) -> Result<Di
     config.catalog = load_catalog(common.catalog.as_deref())?;
     config.dialect = common.dialect;
     config.profile = common.profile.clone();
-    config.catalog_path = common.catalog.clone();
+    config.catalog_path = common
+        .catalog
+        .as_deref()
+        .map(std::path::absolute)
+        .transpose()
+        .context("cannot resolve the catalog path")?;
     if !common.inline {
         config.mode = Mode::Lanes {
             exe: std::env::current_exe().context("cannot find the toolyard executable")?,

@@ -458,3 +458,46 @@ fn inline_says_it_is_not_sandboxed() {
         text(&o)
     );
 }
+
+#[test]
+fn the_readme_quick_start_works_as_printed() {
+    let readme = include_str!("../../../README.md");
+    let start = readme
+        .find("With only the binary")
+        .expect("the README has the binary-only quick start");
+    let block = readme[start..]
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("its sh block");
+    let e = env();
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_toolyard"), bin.path().join("toolyard"))
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut ran = 0;
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        let o = Command::new("sh")
+            .args(["-c", line])
+            .current_dir(&e.ws)
+            .env("PATH", &path)
+            .env("HOME", &e.ws)
+            .env("TOOLYARD_STATE_DIR", &e.state)
+            .output()
+            .unwrap();
+        let blocked_on_purpose = line.contains("check-command 'rm -rf /'");
+        let want = if blocked_on_purpose { 3 } else { 0 };
+        assert_eq!(o.status.code(), Some(want), "{line}\n{}", text(&o));
+        ran += 1;
+    }
+    assert!(ran >= 10, "the block has its examples: {block}");
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("notes.txt")).unwrap(),
+        "hello\nworld\n",
+        "the edit landed and the undo restored it"
+    );
+}
