@@ -271,7 +271,8 @@ impl Dispatcher {
     /// Run one call in its lane's runner, or inline.
     async fn execute(&self, entry: &DialectTool, req: CallRequest, call_id: String) -> ToolResult {
         let spec = self.spec(entry.engine);
-        let in_server = toolyard_tools::dialect::SERVER_SIDE.contains(&entry.engine);
+        let in_server = toolyard_tools::dialect::SERVER_SIDE.contains(&entry.engine)
+            || toolyard_tools::dialect::FILE_TOOLS.contains(&entry.engine);
         if let (Some(router), false) = (&self.router, in_server) {
             let job = Job {
                 id: String::new(),
@@ -301,9 +302,18 @@ impl Dispatcher {
         // Tools that take their own timeout enforce it; this bound catches any other hang.
         let bound = ctx.max_timeout + Duration::from_secs(5);
         let tool = entry.tool.clone();
+        // File I/O, hashing and SQLite block: run the call on the blocking pool, so no async
+        // thread (a ping, another session's call) ever waits behind it.
+        let cancel = req.cancel.clone();
+        let handle = tokio::runtime::Handle::current();
+        let work =
+            tokio::task::spawn_blocking(move || handle.block_on(tool.invoke(req.args, &ctx)));
         tokio::select! {
-            r = tool.invoke(req.args, &ctx) => r.into(),
-            _ = req.cancel.cancelled() => ToolError::Cancelled.into(),
+            r = work => match r {
+                Ok(r) => r.into(),
+                Err(e) => ToolError::Io(format!("the call failed: {e}")).into(),
+            },
+            _ = cancel.cancelled() => ToolError::Cancelled.into(),
             _ = tokio::time::sleep(bound) => ToolError::Timeout { ms: bound.as_millis() as u64 }.into(),
         }
     }

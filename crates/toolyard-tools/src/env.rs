@@ -58,11 +58,11 @@ impl ToolEnv {
         let journal = Journal::open_with(&state, &journal_config)?;
         // Settle writes a killed process left pending, before this one writes anything.
         journal.recover(&workspace)?;
-        let records = Arc::new(LocalRecords {
-            workspace: workspace.clone(),
-            ledger: Ledger::open(&state)?,
+        let records = Arc::new(LocalRecords::new(
+            workspace.clone(),
+            Ledger::open(&state)?,
             journal,
-        });
+        ));
         Ok(Self {
             workspace,
             state,

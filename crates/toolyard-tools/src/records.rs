@@ -5,7 +5,8 @@
 //! (where the runner asks the server over the job protocol, because a runner may not write
 //! Toolyard's state directory).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, mpsc};
 
 use async_trait::async_trait;
 use toolyard_core::ToolError;
@@ -44,14 +45,110 @@ pub trait Records: Send + Sync {
     async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError>;
 }
 
-/// [`Records`] kept in this process's state database.
+/// [`Records`] kept in this process: the read ledger in memory (written behind to the state
+/// database, in order, by one thread: losing the tail in a crash costs only a re-read), the
+/// journal in the database before every change.
 pub struct LocalRecords {
     /// The workspace whose files are journaled.
     pub workspace: Arc<Workspace>,
-    /// Per-session reads.
-    pub ledger: Ledger,
     /// Every change, before it happens.
     pub journal: Journal,
+    ledger: Arc<Ledger>,
+    /// What each session saw of each path: `Some(hash)`, or `None` once forgotten.
+    seen: Mutex<HashMap<(String, String), Option<String>>>,
+    /// The write-behind queue, and the thread that drains it (joined on drop: a CLI process
+    /// leaves its reads in the database for the next one).
+    behind: Mutex<Option<mpsc::Sender<LedgerOp>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// One ledger update for the write-behind thread.
+enum LedgerOp {
+    Read(String, RelPath, String),
+    Write(String, RelPath, String),
+    Forget(String, RelPath),
+}
+
+impl LocalRecords {
+    /// Records over `ledger` and `journal` for `workspace`.
+    pub fn new(workspace: Arc<Workspace>, ledger: Ledger, journal: Journal) -> Self {
+        let ledger = Arc::new(ledger);
+        let (tx, rx) = mpsc::channel::<LedgerOp>();
+        let db = ledger.clone();
+        let writer = std::thread::Builder::new()
+            .name("toolyard-ledger".into())
+            .spawn(move || {
+                for op in rx {
+                    let r = match op {
+                        LedgerOp::Read(s, p, h) => db.record_read(&s, &p, &h),
+                        LedgerOp::Write(s, p, h) => db.record_write(&s, &p, &h),
+                        LedgerOp::Forget(s, p) => db.forget(&s, &p),
+                    };
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "could not persist a read-ledger entry");
+                    }
+                }
+            })
+            .ok();
+        Self {
+            workspace,
+            journal,
+            ledger,
+            seen: Mutex::new(HashMap::new()),
+            behind: Mutex::new(writer.is_some().then_some(tx)),
+            writer: Mutex::new(writer),
+        }
+    }
+
+    /// What `session` last saw of `path`: memory first, then the database (another process's
+    /// reads of the same session, e.g. an earlier `toolyard call`).
+    fn seen(&self, session: &str, path: &RelPath) -> Result<Option<String>, ToolError> {
+        let key = (session.to_string(), path.as_str().to_string());
+        if let Some(known) = lock(&self.seen).get(&key) {
+            return Ok(known.clone());
+        }
+        self.ledger.seen(session, path)
+    }
+
+    fn note(&self, session: &str, path: &RelPath, hash: Option<&str>, op: LedgerOp) {
+        lock(&self.seen).insert(
+            (session.to_string(), path.as_str().to_string()),
+            hash.map(str::to_string),
+        );
+        let queued = lock(&self.behind).as_ref().map(|tx| tx.send(op));
+        if !matches!(queued, Some(Ok(()))) {
+            // No writer thread: persist in line.
+            let r = match hash {
+                Some(h) => self.ledger.record_write(session, path, h),
+                None => self.ledger.forget(session, path),
+            };
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "could not persist a read-ledger entry");
+            }
+        }
+    }
+
+    /// After an undo: the session's view of `path` is `hash`, or nothing when it was removed.
+    pub fn set_view(&self, session: &str, path: &RelPath, hash: Option<&str>) {
+        let op = match hash {
+            Some(h) => LedgerOp::Write(session.into(), path.clone(), h.into()),
+            None => LedgerOp::Forget(session.into(), path.clone()),
+        };
+        self.note(session, path, hash, op);
+    }
+}
+
+impl Drop for LocalRecords {
+    fn drop(&mut self) {
+        lock(&self.behind).take();
+        if let Some(writer) = lock(&self.writer).take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[async_trait]
@@ -62,7 +159,9 @@ impl Records for LocalRecords {
         path: &RelPath,
         hash: &str,
     ) -> Result<(), ToolError> {
-        self.ledger.record_read(session, path, hash)
+        let op = LedgerOp::Read(session.into(), path.clone(), hash.into());
+        self.note(session, path, Some(hash), op);
+        Ok(())
     }
 
     async fn check_write(
@@ -71,7 +170,15 @@ impl Records for LocalRecords {
         path: &RelPath,
         current: &str,
     ) -> Result<(), ToolError> {
-        self.ledger.check_write(session, path, current)
+        match self.seen(session, path)? {
+            None => Err(ToolError::NotRead {
+                path: path.to_string(),
+            }),
+            Some(h) if h != current => Err(ToolError::StaleRead {
+                path: path.to_string(),
+            }),
+            Some(_) => Ok(()),
+        }
     }
 
     async fn record_write(
@@ -80,7 +187,9 @@ impl Records for LocalRecords {
         path: &RelPath,
         hash: &str,
     ) -> Result<(), ToolError> {
-        self.ledger.record_write(session, path, hash)
+        let op = LedgerOp::Write(session.into(), path.clone(), hash.into());
+        self.note(session, path, Some(hash), op);
+        Ok(())
     }
 
     async fn journal_begin(

@@ -70,10 +70,8 @@ impl TypedTool for Undo {
             args.force,
         )?;
         let rel = RelPath::from_normalized(&out.path);
-        match &out.new_hash {
-            Some(h) => self.records.ledger.record_write(&ctx.session_id, &rel, h)?,
-            None => self.records.ledger.forget(&ctx.session_id, &rel)?,
-        }
+        self.records
+            .set_view(&ctx.session_id, &rel, out.new_hash.as_deref());
         let what = if out.removed {
             format!("removed {} (change #{} had created it)", out.path, id.0)
         } else {

@@ -69,6 +69,19 @@ impl std::str::FromStr for Dialect {
 /// whatever the lane, because runners may not write the state directory.
 pub const SERVER_SIDE: &[&str] = &["undo", "complete_task"];
 
+/// The file tools: they run no program and reach files only through the workspace's path
+/// confinement (`openat2(RESOLVE_BENEATH)`, protected and hidden paths), so they run in the
+/// server process, on its blocking pool: no runner hop, no records round trip, never queued
+/// behind a lane's commands. See docs/architecture.md.
+pub const FILE_TOOLS: &[&str] = &[
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_directory",
+    "glob",
+    "grep",
+];
+
 /// A tool as a dialect exposes it, with the catalog entry it runs under.
 #[derive(Clone)]
 pub struct DialectTool {
@@ -78,8 +91,9 @@ pub struct DialectTool {
     pub engine: &'static str,
 }
 
-/// The catalog entry a dialect's tool runs under.
-fn engine_of(dialect: Dialect, name: &str) -> &'static str {
+/// The catalog entry a dialect's tool runs under; `None` for a tool with no entry (a bug: it
+/// must not borrow another tool's lane and limits).
+fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
     const ENGINES: &[&str] = &[
         "read_file",
         "write_file",
@@ -107,11 +121,7 @@ fn engine_of(dialect: Dialect, name: &str) -> &'static str {
         (Dialect::LoomPy, "search_files") => "grep",
         (_, other) => other,
     };
-    ENGINES
-        .iter()
-        .find(|e| **e == engine)
-        .copied()
-        .unwrap_or("run_command")
+    ENGINES.iter().find(|e| **e == engine).copied()
 }
 
 /// The tools of `dialect` over `env`.
@@ -148,11 +158,14 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
             v
         }
     };
-    Ok(chosen
+    chosen
         .into_iter()
-        .map(|tool| {
-            let engine = engine_of(dialect, tool.name());
-            DialectTool { tool, engine }
+        .map(|tool| match engine_of(dialect, tool.name()) {
+            Some(engine) => Ok(DialectTool { tool, engine }),
+            None => Err(ToolError::Io(format!(
+                "internal: the {dialect} tool `{}` has no catalog entry",
+                tool.name()
+            ))),
         })
-        .collect())
+        .collect()
 }
