@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Catalog, Lane, Tool, ToolContext, ToolError, ToolResult};
@@ -17,7 +17,7 @@ use toolyard_tools::records::Records;
 use toolyard_tools::{Dialect, ToolEnv};
 use toolyard_workspace::{RelPath, StateDir};
 
-use crate::protocol::{FromRunner, Job, RecordOp, Reply, ToRunner};
+use crate::protocol::{FromRunner, Job, LineReader, RecordOp, Reply, ToRunner};
 
 /// What `toolyard runner` is started with.
 #[derive(Debug, Clone)]
@@ -248,8 +248,8 @@ async fn serve(
         sandbox,
     });
 
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut lines = LineReader::new(BufReader::new(tokio::io::stdin()));
+    while let Some(line) = lines.next_line().await {
         let msg: ToRunner = match serde_json::from_str(&line) {
             Ok(m) => m,
             Err(e) => {

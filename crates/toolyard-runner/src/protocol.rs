@@ -175,3 +175,84 @@ impl Reply {
         }
     }
 }
+
+/// The longest protocol line either side reads (a job's arguments, a result): past it the line
+/// is skipped, so a runner cannot make the server hold an unbounded buffer, nor the reverse.
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// Reads protocol lines of at most [`MAX_LINE_BYTES`].
+pub(crate) struct LineReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+}
+
+impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
+    /// Lines of `inner`.
+    pub(crate) fn new(inner: R) -> Self {
+        Self {
+            inner,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next line (without its newline) that fits the bound, skipping and logging any that
+    /// does not or is not UTF-8; `None` at the end of the stream or on an error.
+    pub(crate) async fn next_line(&mut self) -> Option<String> {
+        use tokio::io::AsyncBufReadExt;
+        loop {
+            self.buf.clear();
+            let mut too_long = false;
+            loop {
+                let chunk = match self.inner.fill_buf().await {
+                    Ok(c) if c.is_empty() => return None,
+                    Ok(c) => c,
+                    Err(_) => return None,
+                };
+                let (take, done) = match memchr_newline(chunk) {
+                    Some(i) => (i + 1, true),
+                    None => (chunk.len(), false),
+                };
+                if !too_long && self.buf.len() + take <= MAX_LINE_BYTES + 1 {
+                    self.buf.extend_from_slice(&chunk[..take]);
+                } else {
+                    too_long = true;
+                    self.buf.clear();
+                }
+                self.inner.consume(take);
+                if done {
+                    break;
+                }
+            }
+            if too_long {
+                tracing::warn!("skipping a protocol line longer than {MAX_LINE_BYTES} bytes");
+                continue;
+            }
+            if self.buf.last() == Some(&b'\n') {
+                self.buf.pop();
+            }
+            match String::from_utf8(std::mem::take(&mut self.buf)) {
+                Ok(line) => return Some(line),
+                Err(_) => tracing::warn!("skipping a protocol line that is not UTF-8"),
+            }
+        }
+    }
+}
+
+fn memchr_newline(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| b == b'\n')
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_overlong_line_is_skipped_and_the_next_one_read() {
+        let mut input = vec![b'x'; MAX_LINE_BYTES + 10];
+        input.extend_from_slice(b"\n{\"ok\":1}\nlast");
+        let mut r = LineReader::new(tokio::io::BufReader::new(&input[..]));
+        assert_eq!(r.next_line().await.as_deref(), Some("{\"ok\":1}"));
+        assert_eq!(r.next_line().await.as_deref(), Some("last"));
+        assert_eq!(r.next_line().await, None);
+    }
+}

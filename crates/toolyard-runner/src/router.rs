@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -17,7 +17,7 @@ use toolyard_core::{Lane, ProgressSink, ToolError, ToolResult};
 use toolyard_tools::records::Records;
 use toolyard_workspace::RelPath;
 
-use crate::protocol::{FromRunner, Job, RecordOp, Reply, ToRunner};
+use crate::protocol::{FromRunner, Job, LineReader, RecordOp, Reply, ToRunner};
 
 /// How long a runner may take to sandbox itself and say it is ready.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -187,10 +187,10 @@ impl Router {
         let stderr_tail = Arc::new(std::sync::Mutex::new(String::new()));
         tokio::spawn(forward_stderr(stderr, lane, stderr_tail.clone()));
 
-        let mut lines = BufReader::new(stdout).lines();
+        let mut lines = LineReader::new(BufReader::new(stdout));
         let ready = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await;
         match ready {
-            Ok(Ok(Some(line)))
+            Ok(Some(line))
                 if matches!(serde_json::from_str(&line), Ok(FromRunner::Ready { .. })) => {}
             _ => {
                 let _ = child.start_kill();
@@ -285,7 +285,7 @@ async fn forward_stderr(
 
 #[allow(clippy::too_many_arguments)]
 async fn read_results(
-    mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    mut lines: LineReader<BufReader<tokio::process::ChildStdout>>,
     mut child: Child,
     lane: Lane,
     pending: PendingMap,
@@ -294,7 +294,7 @@ async fn read_results(
     records: Arc<dyn Records>,
 ) {
     let begun: Arc<std::sync::Mutex<HashSet<i64>>> = Arc::default();
-    while let Ok(Some(line)) = lines.next_line().await {
+    while let Some(line) = lines.next_line().await {
         let msg: FromRunner = match serde_json::from_str(&line) {
             Ok(m) => m,
             Err(e) => {
