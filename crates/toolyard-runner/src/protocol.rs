@@ -204,7 +204,9 @@ impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
             let mut too_long = false;
             loop {
                 let chunk = match self.inner.fill_buf().await {
-                    Ok(c) if c.is_empty() => return None,
+                    // The end: a last line without its newline still counts.
+                    Ok([]) if self.buf.is_empty() && !too_long => return None,
+                    Ok([]) => break,
                     Ok(c) => c,
                     Err(_) => return None,
                 };
