@@ -2,26 +2,16 @@
 //! path MCP and `toolyard call` take) is checked against them before the tool runs.
 
 use std::path::Path;
-use std::sync::Once;
 
 use serde_json::{Value, json};
 use toolyard_core::ArgValidator;
 use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig};
 use toolyard_tools::Dialect;
 
-fn state_dir() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let dir = std::env::temp_dir().join(format!("toolyard-argval-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        // SAFETY: set once, before any dispatcher (or thread of ours) reads the environment.
-        unsafe { std::env::set_var("TOOLYARD_STATE_DIR", &dir) };
-    });
-}
-
 fn dispatcher(ws: &Path, dialect: Dialect) -> Dispatcher {
-    state_dir();
     let mut config = DispatcherConfig::new(ws);
+    // Inside the temp workspace, hidden from the tools: never the user's state directory.
+    config.state_dir = Some(ws.join(".test-state"));
     config.dialect = dialect;
     Dispatcher::new(config).unwrap()
 }

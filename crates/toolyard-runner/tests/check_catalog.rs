@@ -50,9 +50,8 @@ fn a_policy_pattern_that_does_not_compile_fails_too() {
 fn a_dispatcher_refuses_a_catalog_with_a_bad_section_at_start() {
     let ws = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    // SAFETY: this test binary's only test that reads the environment afterwards is this one.
-    unsafe { std::env::set_var("TOOLYARD_STATE_DIR", state.path()) };
     let mut config = DispatcherConfig::new(ws.path());
+    config.state_dir = Some(state.path().to_path_buf());
     config.catalog = catalog("[oracle]\nmodle = \"m\"\n");
     let err = Dispatcher::new(config)
         .err()

@@ -6,6 +6,7 @@ use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig};
 
 fn dispatcher(ws: &std::path::Path, catalog: &str) -> Dispatcher {
     let mut config = DispatcherConfig::new(ws);
+    config.state_dir = Some(ws.join(".test-state"));
     config.catalog = Catalog::parse_over_builtin(catalog, "c.toml").unwrap();
     Dispatcher::new(config).unwrap()
 }
@@ -21,10 +22,8 @@ api_key_env = "TOOLYARD_TEST_NEVER_SET_BRAVE"
 #[tokio::test]
 async fn unconfigured_tools_are_unlisted_but_known() {
     let ws = tempfile::tempdir().unwrap();
-    let state = tempfile::tempdir().unwrap();
     // SAFETY: the only test of this binary; set before any dispatcher reads the environment.
     unsafe {
-        std::env::set_var("TOOLYARD_STATE_DIR", state.path());
         for var in [
             "TOOLYARD_ORACLE_BASE_URL",
             "TOOLYARD_ORACLE_API_KEY",
