@@ -14,6 +14,10 @@ if ((${#need_apt[@]})); then
 fi
 python3 -m pip install -q 'mcp==2.3.0' pytest
 
+# The user's own state directory: no test may leave anything in it (checked at the end).
+real_state="${XDG_STATE_HOME:-$HOME/.local/state}/toolyard"
+state_before=$(find "$real_state" -mindepth 2 -maxdepth 2 2>/dev/null | sort)
+
 echo "== cargo test"
 cargo build --workspace --bins --quiet
 cargo test --workspace --no-fail-fast
@@ -34,3 +38,12 @@ echo "== MCP conformance suite"
 # Built last, in the same target dir: the fixtures are compiled in only with the `conformance`
 # feature and served only with TOOLYARD_MCP_CONFORMANCE=1.
 CONFORMANCE_TARGET_DIR=target bash tests/conformance/run.sh
+
+echo "== the user's state directory is untouched"
+state_after=$(find "$real_state" -mindepth 2 -maxdepth 2 2>/dev/null | sort)
+new=$(comm -13 <(echo "$state_before") <(echo "$state_after"))
+if [[ -n "$new" ]]; then
+  echo "tests wrote into the real state directory $real_state:" >&2
+  echo "$new" >&2
+  exit 1
+fi
