@@ -43,6 +43,13 @@ const RUNS_COMMANDS: &[&str] = &[
 const INLINE_NOTE: &str = " NOT SANDBOXED: this server runs inline, so the command runs with \
      the user's full access to every file and to the network; no lane rule applies.";
 
+/// Whether the tool of `engine` runs in the server process: the file tools and the ones that
+/// write Toolyard's own state.
+fn in_server(engine: &str) -> bool {
+    toolyard_tools::dialect::SERVER_SIDE.contains(&engine)
+        || toolyard_tools::dialect::FILE_TOOLS.contains(&engine)
+}
+
 /// What a dispatcher serves.
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
@@ -211,6 +218,11 @@ impl Dispatcher {
         self.config.mode == Mode::Inline
     }
 
+    /// Whether `tool` runs in this (server) process rather than in its lane's runner.
+    pub fn runs_in_server(&self, tool: &str) -> bool {
+        self.tools.get(tool).is_some_and(|t| in_server(t.engine))
+    }
+
     /// The catalog entry a served tool runs under (its lane and limits).
     pub fn spec_of(&self, tool: &str) -> Option<ToolSpec> {
         self.tools.get(tool).map(|t| self.spec(t.engine))
@@ -271,9 +283,7 @@ impl Dispatcher {
     /// Run one call in its lane's runner, or inline.
     async fn execute(&self, entry: &DialectTool, req: CallRequest, call_id: String) -> ToolResult {
         let spec = self.spec(entry.engine);
-        let in_server = toolyard_tools::dialect::SERVER_SIDE.contains(&entry.engine)
-            || toolyard_tools::dialect::FILE_TOOLS.contains(&entry.engine);
-        if let (Some(router), false) = (&self.router, in_server) {
+        if let (Some(router), false) = (&self.router, in_server(entry.engine)) {
             let job = Job {
                 id: String::new(),
                 session: req.session,

@@ -378,10 +378,14 @@ fn tools(args: ToolsArgs) -> Result<ExitCode> {
                 args.common.profile
             );
             for (d, need) in &entries {
-                let lane = dispatcher
-                    .spec_of(&d.name)
-                    .map(|s| s.lane.to_string())
-                    .unwrap_or_default();
+                let lane = if dispatcher.runs_in_server(&d.name) {
+                    "server".to_string()
+                } else {
+                    dispatcher
+                        .spec_of(&d.name)
+                        .map(|s| s.lane.to_string())
+                        .unwrap_or_default()
+                };
                 let first = d.description.split(". ").next().unwrap_or("");
                 out!("  {:<22} {:<7} {}", d.name, lane, first);
                 if let Some(need) = need {
