@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from conftest import pids_with_marker, text_of, toolyard_bin
@@ -127,7 +128,9 @@ async def stdio_client(ws: Path, env: dict[str, str], extra: list[str] | None = 
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    params = StdioServerParameters(command=toolyard_bin(), args=["serve", "--workspace", str(ws), *(extra or [])], env=env)
+    params = StdioServerParameters(
+        command=toolyard_bin(), args=["serve", "--workspace", str(ws), *(extra or [])], env=env
+    )
     async with Client(params, mode=mode) as client:
         yield client
 
@@ -142,7 +145,34 @@ async def call_ok(client, tool: str, args: dict):
     return result
 
 
-def check_rounds(ws: Path, name: str, original: str, markers: list[str], rounds: list[dict[str, tuple[bool, str | None, str]]]):
+# One edit's outcome: (succeeded, error_kind, the text the model reads).
+Outcome = tuple[bool, "str | None", str]
+
+
+async def contend(markers: list[str], read, edit) -> list[dict[str, Outcome]]:
+    """Rounds until every writer landed: all pending writers read, then all edit at once."""
+    rounds: list[dict[str, Outcome]] = []
+    pending = list(markers)
+    while pending:
+        async with anyio.create_task_group() as tg:
+            for m in pending:
+                tg.start_soon(read, m)
+        outcomes: dict[str, Outcome] = {}
+
+        async def one(m: str, outcomes: dict[str, Outcome] = outcomes) -> None:
+            outcomes[m] = await edit(m)
+
+        async with anyio.create_task_group() as tg:
+            for m in pending:
+                tg.start_soon(one, m)
+        rounds.append(outcomes)
+        pending = [m for m, (ok, _, _) in outcomes.items() if not ok]
+        # Each round must land one edit, so this many rounds means none landed in some round.
+        assert len(rounds) <= len(markers), f"no progress: {rounds[-1]}"
+    return rounds
+
+
+def check_rounds(ws: Path, name: str, original: str, markers: list[str], rounds: list[dict[str, Outcome]]):
     """The outcome of read-all-then-edit-all rounds on one file: one winner a round, no loss.
 
     Each round, every pending writer read the file before any of them edited it, so exactly one
@@ -185,28 +215,18 @@ async def test_eight_http_sessions_editing_one_file_lose_no_update(mode, box):
     ws, env = box
     (ws / SHARED).write_text(SHARED_TEXT)
     markers = [f"marker-http-{i}" for i in range(8)]
-    rounds: list[dict] = []
     with http_server(ws, env) as url:
         async with contextlib.AsyncExitStack() as stack:
             clients = {m: await stack.enter_async_context(Client(url, mode=mode)) for m in markers}
-            pending = list(markers)
-            while pending:
-                # Every pending session reads (concurrently) before any edits.
-                async with anyio.create_task_group() as tg:
-                    for m in pending:
-                        tg.start_soon(call_ok, clients[m], "read_file", {"path": SHARED})
-                outcomes: dict[str, tuple[bool, str | None, str]] = {}
 
-                async def edit(m: str) -> None:
-                    r = await clients[m].call_tool("edit_file", edit_args(m))
-                    outcomes[m] = (not r.is_error, kind(r), text_of(r))
+            async def read(m: str) -> None:
+                await call_ok(clients[m], "read_file", {"path": SHARED})
 
-                async with anyio.create_task_group() as tg:
-                    for m in pending:
-                        tg.start_soon(edit, m)
-                rounds.append(outcomes)
-                pending = [m for m, (ok, _, _) in outcomes.items() if not ok]
-                assert len(rounds) <= len(markers), f"no progress: {rounds[-1]}"
+            async def edit(m: str) -> Outcome:
+                r = await clients[m].call_tool("edit_file", edit_args(m))
+                return (not r.is_error, kind(r), text_of(r))
+
+            rounds = await contend(markers, read, edit)
     check_rounds(ws, SHARED, SHARED_TEXT, markers, rounds)
 
 
@@ -227,24 +247,16 @@ async def test_four_cli_processes_editing_one_file_lose_no_update(box):
     ws, env = box
     (ws / SHARED).write_text(SHARED_TEXT)
     markers = [f"marker-cli-{i}" for i in range(4)]
-    rounds: list[dict] = []
-    pending = list(markers)
-    while pending:
-        async with anyio.create_task_group() as tg:
-            for m in pending:
-                tg.start_soon(cli, ws, env, f"s-{m}", "read_file", {"path": SHARED})
-        outcomes: dict[str, tuple[bool, str | None, str]] = {}
 
-        async def edit(m: str) -> None:
-            r = await cli(ws, env, f"s-{m}", "edit_file", edit_args(m))
-            outcomes[m] = (bool(r["success"]), r.get("error_kind"), r["output"])
+    async def read(m: str) -> None:
+        r = await cli(ws, env, f"s-{m}", "read_file", {"path": SHARED})
+        assert r["success"], r["output"]
 
-        async with anyio.create_task_group() as tg:
-            for m in pending:
-                tg.start_soon(edit, m)
-        rounds.append(outcomes)
-        pending = [m for m, (ok, _, _) in outcomes.items() if not ok]
-        assert len(rounds) <= len(markers), f"no progress: {rounds[-1]}"
+    async def edit(m: str) -> Outcome:
+        r = await cli(ws, env, f"s-{m}", "edit_file", edit_args(m))
+        return (bool(r["success"]), r.get("error_kind"), r["output"])
+
+    rounds = await contend(markers, read, edit)
     check_rounds(ws, SHARED, SHARED_TEXT, markers, rounds)
 
 
@@ -290,9 +302,7 @@ async def test_thirty_two_concurrent_edits_of_different_files_all_land(layout, b
     for n in names:
         assert (ws / n).read_text() == f"{n} head\nNEW {n}\n{n} tail\n"
     # The journal has one done change per file.
-    log = subprocess.run(
-        [toolyard_bin(), "log", "-w", str(ws), "--json"], env=env, capture_output=True, text=True, check=True
-    )
+    log = await anyio.run_process([toolyard_bin(), "log", "-w", str(ws), "--json"], env=env)
     changes = [c for c in json.loads(log.stdout) if c["tool"] == "edit_file"]
     assert sorted(c["path"] for c in changes) == names
     assert {c["status"] for c in changes} == {"done"}
@@ -344,10 +354,13 @@ async def test_reads_during_writes_see_one_whole_version(box):
     from mcp import Client
 
     with http_server(ws, env) as url:
-        async with Client(url, mode="legacy") as w, stdio_client(ws, env, ["--dialect", "loom"]) as r:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(writer, w)
-                tg.start_soon(reader, r)
+        async with (
+            Client(url, mode="legacy") as w,
+            stdio_client(ws, env, ["--dialect", "loom"]) as r,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(writer, w)
+            tg.start_soon(reader, r)
     assert not bad, f"torn reads: {bad[:5]}"
     assert set(reads) == {"A", "B"}, f"the reader saw {set(reads)} over {len(reads)} reads during {writes} writes"
     TIMINGS["torn-reads"] = f"{len(reads)} reads during {writes} 1 MiB writes, all whole"
@@ -355,8 +368,12 @@ async def test_reads_during_writes_see_one_whole_version(box):
 
 # 4. Long commands do not hold up a read.
 
+# Both ways calls run: in sandboxed runner processes, and in the server's process (--inline).
+INLINE = {"runners": [], "inline": ["--inline"]}
 
-async def test_a_read_completes_while_eight_long_commands_run(box):
+
+@pytest.mark.parametrize("where", ["runners", "inline"])
+async def test_a_read_completes_while_eight_long_commands_run(where, box):
     ws, env = box
     (ws / "hello.txt").write_text("hello\nworld\n")
     marker = f"cp-sleep-{uuid.uuid4().hex[:10]}"
@@ -368,12 +385,14 @@ async def test_a_read_completes_while_eight_long_commands_run(box):
         await call_ok(client, "read_file", {"path": "hello.txt"})
         return time.monotonic() - t0
 
-    async with stdio_client(ws, env) as client:
+    async with stdio_client(ws, env, INLINE[where]) as client:
         await timed_read(client)  # starts the no-net runner
         idle = [await timed_read(client) for _ in range(5)]
 
         async def command(i: int) -> None:
-            r = await client.call_tool("run_command", {"command": f"sleep 5 && echo {marker}-{i}-end", "timeout_ms": 60000})
+            r = await client.call_tool(
+                "run_command", {"command": f"sleep 5 && echo {marker}-{i}-end", "timeout_ms": 60000}
+            )
             done[f"cmd{i}"] = time.monotonic()
             outputs[f"cmd{i}"] = r
 
@@ -398,16 +417,17 @@ async def test_a_read_completes_while_eight_long_commands_run(box):
     first_command = min(t for k, t in done.items() if k.startswith("cmd"))
     order = sorted(done, key=done.get)
     assert all(done[f"read{k}"] < first_command for k in range(3)), f"completion order: {order}"
-    TIMINGS["read during 8 commands"] = (
+    TIMINGS[f"read during 8 commands ({where})"] = (
         f"idle read median {statistics.median(idle) * 1000:.1f} ms, "
         f"during 8 sleeps median {statistics.median(busy) * 1000:.1f} ms (max {max(busy) * 1000:.1f} ms)"
     )
 
 
-# 5. A ping answers while two 50 MB edits run.
+# 5. A ping (and a small read) answers while two 50 MB edits run.
 
 
 def write_big(path: Path, needle: str) -> None:
+    """50 MB of 100-byte lines with `needle` on its own line in the middle."""
     line = ("y" * 99 + "\n").encode()
     block = line * 10_000  # 1 MB
     with path.open("wb") as f:
@@ -418,21 +438,49 @@ def write_big(path: Path, needle: str) -> None:
             f.write(block)
 
 
-async def test_a_ping_answers_while_two_fifty_megabyte_edits_run(box):
+def edits_for(where: str) -> int:
+    """How many 50 MB edits run at once: two, as many as the server has runtime workers inline.
+
+    A runner has two runtime workers whatever the machine; `--inline`, the server's runtime has
+    one per core, so it takes that many blocking edits to show that blocking work starves it.
+    """
+    if where == "runners":
+        return 2
+    cores = len(os.sched_getaffinity(0))
+    if cores > 8:
+        pytest.skip(f"{cores} cores: too many 50 MB files to occupy every runtime worker")
+    return max(2, cores)
+
+
+async def probe_during_big_edits(where: str, box, probe: str) -> tuple[list[str], float, float, list[float]]:
+    """Start the big edits, then `probe` (ping or a small read_file) on the same stdio connection.
+
+    Returns the completion order, the probe's latency idle (median) and during the edits, and
+    how long each edit took.
+    """
     ws, env = box
-    for n in ("big1.txt", "big2.txt"):
+    names = [f"big{i}.txt" for i in range(edits_for(where))]
+    for n in names:
         write_big(ws / n, f"NEEDLE-{n}")
+    (ws / "hello.txt").write_text("hello\nworld\n")
     done: dict[str, float] = {}
     edits: dict[str, object] = {}
 
-    async with stdio_client(ws, env, mode="legacy") as client:
+    async with stdio_client(ws, env, INLINE[where], mode="legacy") as client:
+
+        async def run_probe() -> None:
+            if probe == "ping":
+                await client.send_ping()
+            else:
+                await call_ok(client, "read_file", {"path": "hello.txt"})
+
+        for n in names:
+            await call_ok(client, "read_file", {"path": n, "limit": 1})
         idle = []
         for _ in range(5):
             t0 = time.monotonic()
-            await client.send_ping()
+            await run_probe()
             idle.append(time.monotonic() - t0)
-        for n in ("big1.txt", "big2.txt"):
-            await call_ok(client, "read_file", {"path": n, "limit": 1})
 
         async def edit(n: str) -> None:
             edits[n] = await client.call_tool(
@@ -442,29 +490,72 @@ async def test_a_ping_answers_while_two_fifty_megabyte_edits_run(box):
 
         async with anyio.create_task_group() as tg:
             started = time.monotonic()
-            tg.start_soon(edit, "big1.txt")
-            tg.start_soon(edit, "big2.txt")
-            # Let both edit requests go out on the pipe ahead of the ping.
+            for n in names:
+                tg.start_soon(edit, n)
+            # Let the edit requests go out on the pipe ahead of the probe.
             for _ in range(10):
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
             await anyio.sleep(0.05)
-            assert not done, "an edit finished before the ping was sent; nothing was measured"
+            assert not done, "an edit finished before the probe was sent; nothing was measured"
             t0 = time.monotonic()
-            await client.send_ping()
-            done["ping"] = time.monotonic()
-            ping = done["ping"] - t0
+            await run_probe()
+            done[probe] = time.monotonic()
+            during = done[probe] - t0
 
-    for n in ("big1.txt", "big2.txt"):
+    for n in names:
         assert not edits[n].is_error, text_of(edits[n])
+        with (ws / n).open("rb") as f:
+            f.seek(25 * 1_000_000)
+            assert f.read(len(n) + 6) == f"DONE-{n}\n".encode()
     order = sorted(done, key=done.get)
-    assert order[0] == "ping", f"completion order: {order}"
-    with (ws / "big1.txt").open("rb") as f:
-        f.seek(25 * 1_000_000)
-        assert f.read(14) == b"DONE-big1.txt\n"
-    TIMINGS["ping during 50 MB edits"] = (
-        f"idle ping median {statistics.median(idle) * 1000:.1f} ms; during the edits {ping * 1000:.1f} ms; "
-        f"edits took {(done['big1.txt'] - started):.2f} s and {(done['big2.txt'] - started):.2f} s"
+    TIMINGS[f"{probe} during {len(names)} 50 MB edits ({where})"] = (
+        f"idle median {statistics.median(idle) * 1000:.1f} ms; during the edits {during * 1000:.1f} ms; "
+        f"edits took {', '.join(f'{done[n] - started:.2f} s' for n in names)}; order {order}"
     )
+    return order, during, statistics.median(idle), [done[n] - started for n in names]
+
+
+BLOCKING_EDITS = (
+    "edit_file does its file work (read, hash, search, atomic write) synchronously inside its async "
+    "run() (crates/toolyard-tools/src/files/edit.rs), on the tokio worker threads of the process "
+    "running it, so as many big edits as workers stall every other request there until one ends"
+)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "runners",
+        pytest.param(
+            "inline",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=f"--inline: the server's runtime has one worker per core; {BLOCKING_EDITS}",
+            ),
+        ),
+    ],
+)
+async def test_a_ping_answers_while_two_fifty_megabyte_edits_run(where, box):
+    order, *_ = await probe_during_big_edits(where, box, "ping")
+    assert order[0] == "ping", f"the ping waited for an edit; completion order: {order}"
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "runners",
+        pytest.param(
+            "inline",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=f"--inline: the server's runtime has one worker per core; {BLOCKING_EDITS}",
+            ),
+        ),
+    ],
+)
+async def test_a_small_read_answers_while_two_fifty_megabyte_edits_run(where, box):
+    order, *_ = await probe_during_big_edits(where, box, "read")
+    assert order[0] == "read", f"the read waited for an edit; completion order: {order}"
 
 
 # 6. Last: the real user state dir gained nothing.
