@@ -515,44 +515,15 @@ async def probe_during_big_edits(where: str, box, probe: str) -> tuple[list[str]
     return order, during, statistics.median(idle), [done[n] - started for n in names]
 
 
-BLOCKING_EDITS = (
-    "edit_file does its file work (read, hash, search, atomic write) synchronously inside its async "
-    "run() (crates/toolyard-tools/src/files/edit.rs), on the tokio worker threads of the process "
-    "running it, so as many big edits as workers stall every other request there until one ends"
-)
 
 
-@pytest.mark.parametrize(
-    "where",
-    [
-        "runners",
-        pytest.param(
-            "inline",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=f"--inline: the server's runtime has one worker per core; {BLOCKING_EDITS}",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("where", ["runners", "inline"])
 async def test_a_ping_answers_while_two_fifty_megabyte_edits_run(where, box):
     order, *_ = await probe_during_big_edits(where, box, "ping")
     assert order[0] == "ping", f"the ping waited for an edit; completion order: {order}"
 
 
-@pytest.mark.parametrize(
-    "where",
-    [
-        "runners",
-        pytest.param(
-            "inline",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=f"--inline: the server's runtime has one worker per core; {BLOCKING_EDITS}",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("where", ["runners", "inline"])
 async def test_a_small_read_answers_while_two_fifty_megabyte_edits_run(where, box):
     order, *_ = await probe_during_big_edits(where, box, "read")
     assert order[0] == "read", f"the read waited for an edit; completion order: {order}"
