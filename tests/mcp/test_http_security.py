@@ -125,3 +125,27 @@ async def test_two_modern_http_clients_never_share_a_session(workspace: Path, st
             assert (workspace / "a.txt").read_text() == "alpha\n"
     finally:
         server.stop()
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(workspace: Path, state_dir: Path):
+    import http.client
+
+    server = HttpServer(workspace, state_dir, [])
+    try:
+        host, port = server.url.split("//")[1].split("/")[0].rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=20)
+        # Declares 65 MiB and sends only a little: the server must answer from the header alone.
+        conn.putrequest("POST", "/mcp")
+        conn.putheader("content-type", "application/json")
+        conn.putheader("accept", "application/json, text/event-stream")
+        conn.putheader("content-length", str(65 * 1024 * 1024))
+        conn.endheaders()
+        conn.send(b'{"jsonrpc":"2.0"')
+        resp = conn.getresponse()
+        assert resp.status == 413, resp.read()
+        assert "at most" in resp.read().decode()
+        # The server goes on serving.
+        status, body = post(server.url, INITIALIZE)
+        assert status == 200, body
+    finally:
+        server.stop()

@@ -57,7 +57,7 @@ impl Gate {
 }
 
 /// The axum middleware: refuse what lacks the token, then find or make the client's session.
-pub async fn admit(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> Response {
+pub async fn admit(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Response {
     if !gate.admits(req.headers()) {
         return (
             StatusCode::UNAUTHORIZED,
@@ -67,6 +67,22 @@ pub async fn admit(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) 
         )
             .into_response();
     }
+    // A request body is read whole by the transport: bound it as stdio bounds a line.
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > crate::stdio::MAX_LINE_BYTES as u64) {
+        return too_large();
+    }
+    let req = req.map(|body| {
+        axum::body::Body::new(http_body_util::Limited::new(
+            body,
+            crate::stdio::MAX_LINE_BYTES,
+        ))
+    });
+    let mut req = req;
     let existing = session_cookie(req.headers());
     let session = existing
         .clone()
@@ -80,6 +96,18 @@ pub async fn admit(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) 
         }
     }
     response
+}
+
+fn too_large() -> Response {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "413 Payload Too Large: a request body may hold at most {} bytes; send large file \
+             contents in several calls\n",
+            crate::stdio::MAX_LINE_BYTES
+        ),
+    )
+        .into_response()
 }
 
 /// The session cookie's value when it is one the gate could have made (32 hex digits).
