@@ -4,7 +4,9 @@ Each client runs one scripted conversation per dialect against a local model
 server (model_server.py).  The client starts Toolyard as an MCP server, calls the
 tools the script names, and sends each tool result back to the "model"; the
 tests read those results out of the logged requests, so they check exactly what
-a model would have been shown.
+a model would have been shown.  The default dialect's conversation calls every
+tool `toolyard tools` lists, with a catalog giving `validate` its command and
+letting web_fetch reach one of two pages the tests serve on loopback.
 
 The clients come from `npm ci --prefix tests/clients` (see run.sh).  The Toolyard
 binary is TOOLYARD_BIN, default <repo>/target/debug/toolyard.
