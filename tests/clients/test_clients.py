@@ -4,7 +4,9 @@ Each client runs one scripted conversation per dialect against a local model
 server (model_server.py).  The client starts Toolyard as an MCP server, calls the
 tools the script names, and sends each tool result back to the "model"; the
 tests read those results out of the logged requests, so they check exactly what
-a model would have been shown.
+a model would have been shown.  The default dialect's conversation calls every
+tool `toolyard tools` lists, with a catalog giving `validate` its command and
+letting web_fetch reach one of two pages the tests serve on loopback.
 
 The clients come from `npm ci --prefix tests/clients` (see run.sh).  The Toolyard
 binary is TOOLYARD_BIN, default <repo>/target/debug/toolyard.
@@ -16,6 +18,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -41,48 +45,137 @@ NOTES = (
     "eighth line\n"
 )
 
-# The default (loopr) dialect: one conversation exercising every file and shell tool.
-LOOPR_SCRIPT = [
-    {"tool": "read_file", "args": {"path": "notes.txt"}},
-    {"tool": "read_file", "args": {"path": "rows.txt", "offset": 10, "limit": 5}},
-    {"tool": "grep", "args": {"pattern": "MARKER_GAMMA"}},
-    {"tool": "glob", "args": {"pattern": "**/*.rs"}},
-    {"tool": "list_directory", "args": {"path": "."}},
-    {
-        "tool": "edit_file",
-        "args": {
-            "path": "notes.txt",
-            "old_string": "ZEBRA_LINE_7 the quick zebra",
-            "new_string": "ZEBRA_LINE_7 the slow zebra",
+# Markers of the two pages the test serves on loopback for web_fetch: the catalog
+# lifts the SSRF guard for the first server's host:port only.
+PAGE_MARKER = "Kestrelpage"
+FORBIDDEN_MARKER = "Forbiddenpage"
+# The command `validate` runs when called with no `command`: [project] in the catalog.
+VALIDATE_MARKER = "VALIDATE_FROM_CATALOG"
+# A shell command that fetches the URL after it and says whether it could; with no
+# python3 it prints neither marker, so a missing probe cannot pass for "blocked".
+NET_PROBE = (
+    "python3 -c 'import sys, urllib.request\n"
+    'try:\n urllib.request.urlopen(sys.argv[1], timeout=5); print("NET_REACHED")\n'
+    'except OSError as e:\n print("NET_BLOCKED", e)\''
+)
+
+
+def loopr_script(page_url: str, forbidden_url: str) -> list[dict]:
+    """The default (loopr) dialect: one conversation exercising every tool, each step
+    named (`name`, which the model server ignores) so tests can find its result."""
+    net_probe = f"{NET_PROBE} {page_url}"
+    return [
+        {"name": "read", "tool": "read_file", "args": {"path": "notes.txt"}},
+        {
+            "name": "read_window",
+            "tool": "read_file",
+            "args": {"path": "rows.txt", "offset": 10, "limit": 5},
         },
-    },
-    {
-        "tool": "edit_file",
-        "args": {
-            "path": "notes.txt",
-            "old_string": "GIRAFFE_LINE_4 the tal giraffe\nfifth lin",
-            "new_string": "nothing",
+        {"name": "grep", "tool": "grep", "args": {"pattern": "MARKER_GAMMA"}},
+        {"name": "glob", "tool": "glob", "args": {"pattern": "**/*.rs"}},
+        {"name": "list_directory", "tool": "list_directory", "args": {"path": "."}},
+        {
+            "name": "edit",
+            "tool": "edit_file",
+            "args": {
+                "path": "notes.txt",
+                "old_string": "ZEBRA_LINE_7 the quick zebra",
+                "new_string": "ZEBRA_LINE_7 the slow zebra",
+            },
         },
-    },
-    {"tool": "run_command", "args": {"command": "seq 1 100000"}},
-    {"tool": "run_command", "args": {"command": "echo FAILMARK_STDERR >&2; exit 7"}},
-]
-STEP = {
-    name: i
-    for i, name in enumerate(
-        [
-            "read",
-            "read_window",
-            "grep",
-            "glob",
-            "list_directory",
-            "edit",
-            "edit_wrong",
-            "seq",
-            "fail",
-        ]
-    )
-}
+        {
+            "name": "edit_wrong",
+            "tool": "edit_file",
+            "args": {
+                "path": "notes.txt",
+                "old_string": "GIRAFFE_LINE_4 the tal giraffe\nfifth lin",
+                "new_string": "nothing",
+            },
+        },
+        {"name": "seq", "tool": "run_command", "args": {"command": "seq 1 100000"}},
+        {
+            "name": "fail",
+            "tool": "run_command",
+            "args": {"command": "echo FAILMARK_STDERR >&2; exit 7"},
+        },
+        {
+            "name": "write",
+            "tool": "write_file",
+            "args": {"path": "fresh_puffin.txt", "content": "PUFFIN_CONTENT\n"},
+        },
+        # No change_id: undo takes this session's last change, the write just above.
+        {"name": "undo", "tool": "undo", "args": {}},
+        {"name": "read_gone", "tool": "read_file", "args": {"path": "fresh_puffin.txt"}},
+        # The same probe of the loopback page server, first where the network is
+        # allowed (so the probe itself is shown to work), then isolated.
+        {"name": "net_control", "tool": "run_command", "args": {"command": net_probe}},
+        {
+            "name": "isolated",
+            "tool": "run_command_isolated",
+            "args": {"command": "echo ISOLATED_OSPREY; " + net_probe},
+        },
+        {"name": "build", "tool": "build", "args": {"command": "echo BUILD_HERON"}},
+        {"name": "test", "tool": "test", "args": {"command": "echo TEST_EGRET; exit 3"}},
+        {"name": "validate", "tool": "validate", "args": {}},
+        {"name": "fetch", "tool": "web_fetch", "args": {"url": page_url}},
+        {"name": "fetch_blocked", "tool": "web_fetch", "args": {"url": forbidden_url}},
+        {
+            "name": "plan",
+            "tool": "create_plan",
+            "args": {
+                "title": "Heron Plan",
+                "overview": "PLAN_OVERVIEW_HERON: build a bird feeder",
+                "specs": [{"name": "feeder", "title": "Feeder", "description": "the feeder"}],
+            },
+        },
+        {
+            "name": "spec",
+            "tool": "create_spec",
+            "args": {
+                "name": "feeder",
+                "title": "Feeder Spec",
+                "overview": "SPEC_OVERVIEW_WREN",
+                "phases": [
+                    {"name": "frame", "title": "Frame", "description": "the frame"},
+                    {"name": "roof", "title": "Roof", "description": "the roof"},
+                    {
+                        "name": "seed",
+                        "title": "Seed",
+                        "description": "the seed tray",
+                        "validation": "make check",
+                    },
+                ],
+            },
+        },
+        {
+            "name": "phase",
+            "tool": "create_phase",
+            "args": {
+                "name": "frame",
+                "title": "Frame",
+                "objective": "PHASE_OBJECTIVE_ROBIN",
+                "tasks": [
+                    {"description": "add the frame", "file": "src/frame.rs", "action": "create"}
+                ],
+                "validation_command": "cargo test -p feeder",
+            },
+        },
+        # Last: a model calls it when it is done.
+        {
+            "name": "complete",
+            "tool": "complete_task",
+            "args": {"summary": "COMPLETE_SUMMARY_SWIFT all steps played"},
+        },
+    ]
+
+
+def step_index(script: list[dict]) -> dict[str, int]:
+    """Each named step's index in `script`."""
+    return {item["name"]: i for i, item in enumerate(script) if "name" in item}
+
+
+# Only the names matter here; the URLs are filled in per run.
+STEP = step_index(loopr_script("", ""))
 
 LOOM_SCRIPT = [
     {"tool": "read_file", "args": {"path": "notes.txt"}},
@@ -94,20 +187,18 @@ LOOM_PY_SCRIPT = [
     {"tool": "shell_execute", "args": {"command": "echo PY_SHELL_OK"}},
 ]
 
-SCRIPTS = {"loopr": LOOPR_SCRIPT, "loom": LOOM_SCRIPT, "loom-py": LOOM_PY_SCRIPT}
-
-
 # ---------------------------------------------------------------- helpers
 
 
 class Transcript:
     """What one client run sent to the model, step by step."""
 
-    def __init__(self, client: str, log: list[dict], script: list[dict], run_info: str):
+    def __init__(self, client: str, log: list[dict], script: list[dict], run_info: str, ws: Path):
         self.client = client
         self.log = log
         self.script = script
         self.run_info = run_info
+        self.ws = ws  # the workspace the client's Toolyard served, as the run left it
 
     def result(self, step: int) -> dict:
         """The tool result for `step`: {"raw": text the model read, "is_error": ...}."""
@@ -225,8 +316,11 @@ def _require(path: Path, what: str, fix: str) -> None:
         pytest.fail(f"{what} not found at {path}: {fix}")
 
 
-def run_client(client: str, dialect: str, root: Path) -> Transcript:
-    """Run one scripted conversation of `client` with Toolyard serving `dialect`."""
+def run_client(
+    client: str, dialect: str, root: Path, script: list[dict], catalog: str | None = None
+) -> Transcript:
+    """Run one scripted conversation of `client` with Toolyard serving `dialect`,
+    with `catalog` (TOML text) laid over the built-in catalog if given."""
     _require(
         TOOLYARD_BIN, "the Toolyard binary", "run `cargo build -p toolyard` or set TOOLYARD_BIN"
     )
@@ -234,7 +328,6 @@ def run_client(client: str, dialect: str, root: Path) -> Transcript:
     _require(
         exe, f"the {client} client", "run tests/clients/run.sh (npm ci --prefix tests/clients)"
     )
-    script = SCRIPTS[dialect]
     home, ws, state = root / "home", root / "ws", root / "state"
     for d in (home, state):
         d.mkdir(parents=True)
@@ -243,6 +336,10 @@ def run_client(client: str, dialect: str, root: Path) -> Transcript:
     serve = [str(TOOLYARD_BIN), "serve", "-w", str(ws)]
     if dialect != "loopr":
         serve += ["--dialect", dialect]
+    if catalog is not None:
+        catalog_path = root / "catalog.toml"
+        catalog_path.write_text(catalog)
+        serve += ["--catalog", str(catalog_path)]
     env = _base_env(home, state)
 
     with ModelServer(script, str(log_path)) as srv:
@@ -327,25 +424,83 @@ def run_client(client: str, dialect: str, root: Path) -> Transcript:
         f"--- stderr\n{proc.stderr[-3000:]}"
     )
     assert proc.returncode == 0, f"{client} failed\n{info}"
-    return Transcript(client, log, script, info)
+    return Transcript(client, log, script, info, ws)
 
 
 CLIENTS = ["claude", "codex"]
 
 
+class Page:
+    """A one-page HTTP server on 127.0.0.1 that counts the requests it answers."""
+
+    def __init__(self, marker: str):
+        self.hits = 0
+        html = (
+            f"<html><head><title>{marker}</title></head><body>"
+            f"<h1>{marker} heading</h1><p>The {marker} paragraph.</p></body></html>"
+        ).encode()
+        page = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, fmt, *args):  # keep stderr quiet
+                pass
+
+            def do_GET(self):
+                page.hits += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(html)))
+                self.end_headers()
+                self.wfile.write(html)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        self.host_port = f"127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def pages():
+    """The page web_fetch may fetch, and one on another loopback port it may not."""
+    allowed, forbidden = Page(PAGE_MARKER), Page(FORBIDDEN_MARKER)
+    yield allowed, forbidden
+    allowed.stop()
+    forbidden.stop()
+
+
 @pytest.fixture(scope="module", params=CLIENTS)
-def loopr(request, tmp_path_factory) -> Transcript:
-    return run_client(request.param, "loopr", tmp_path_factory.mktemp(f"{request.param}-loopr"))
+def loopr(request, tmp_path_factory, pages) -> Transcript:
+    allowed, forbidden = pages
+    # [web] lifts the SSRF guard for the allowed page's host:port only; [project]
+    # gives `validate` its command when called without one.
+    catalog = (
+        f'[project]\nvalidate = "echo {VALIDATE_MARKER}"\n\n'
+        f'[web]\nallowed_hosts = ["{allowed.host_port}"]\n'
+    )
+    return run_client(
+        request.param,
+        "loopr",
+        tmp_path_factory.mktemp(f"{request.param}-loopr"),
+        loopr_script(allowed.url, forbidden.url),
+        catalog,
+    )
 
 
 @pytest.fixture(scope="module", params=CLIENTS)
 def loom(request, tmp_path_factory) -> Transcript:
-    return run_client(request.param, "loom", tmp_path_factory.mktemp(f"{request.param}-loom"))
+    root = tmp_path_factory.mktemp(f"{request.param}-loom")
+    return run_client(request.param, "loom", root, LOOM_SCRIPT)
 
 
 @pytest.fixture(scope="module", params=CLIENTS)
 def loom_py(request, tmp_path_factory) -> Transcript:
-    return run_client(request.param, "loom-py", tmp_path_factory.mktemp(f"{request.param}-loompy"))
+    root = tmp_path_factory.mktemp(f"{request.param}-loompy")
+    return run_client(request.param, "loom-py", root, LOOM_PY_SCRIPT)
 
 
 def assert_error_marked(t: Transcript, res: dict, error_kind: str) -> None:
@@ -433,6 +588,146 @@ def test_failing_command_exit_status(loopr: Transcript):
     out = output(res)
     assert "exit code: 7" in out and "FAILMARK_STDERR" in out
     assert_error_marked(loopr, res, "command_failed")
+
+
+def assert_ok(t: Transcript, res: dict) -> None:
+    """Not marked as an error, by whichever mark the client passes on."""
+    assert res["is_error"] in (False, None), res
+    env = structured(res["raw"])
+    if env is not None:
+        assert env.get("success") is True, env
+
+
+def test_write_file_creates_then_undo_removes(loopr: Transcript):
+    res = loopr.result(STEP["write"])
+    assert_ok(loopr, res)
+    assert "Created fresh_puffin.txt (15 bytes written)" in output(res)
+
+    res = loopr.result(STEP["undo"])
+    assert_ok(loopr, res)
+    out = output(res)
+    assert "(write_file on fresh_puffin.txt)" in out, out  # what was undone ...
+    assert "removed fresh_puffin.txt" in out, out  # ... and what that did
+
+    res = loopr.result(STEP["read_gone"])
+    assert_error_marked(loopr, res, "file_not_found")
+    assert "file not found: fresh_puffin.txt" in output(res)
+    assert not (loopr.ws / "fresh_puffin.txt").exists()
+
+
+def test_run_command_isolated_output_and_no_network(loopr: Transcript):
+    control = output(loopr.result(STEP["net_control"])).splitlines()
+    assert "NET_REACHED" in control, f"the probe fails even with the network: {control}"
+    res = loopr.result(STEP["isolated"])
+    assert_ok(loopr, res)
+    lines = output(res).splitlines()
+    assert "ISOLATED_OSPREY" in lines, lines
+    # The page server on loopback answers run_command; the isolated one cannot reach it.
+    assert any(ln.startswith("NET_BLOCKED") for ln in lines), lines
+    assert "NET_REACHED" not in lines, lines
+
+
+def test_build_with_explicit_command(loopr: Transcript):
+    res = loopr.result(STEP["build"])
+    assert_ok(loopr, res)
+    out = output(res)
+    assert "exit code: 0" in out and "BUILD_HERON" in out.splitlines(), out
+
+
+def test_failing_test_command_is_error_with_output(loopr: Transcript):
+    res = loopr.result(STEP["test"])
+    out = output(res)
+    assert "exit code: 3" in out and "TEST_EGRET" in out.splitlines(), out
+    assert_error_marked(loopr, res, "command_failed")
+
+
+def test_validate_runs_the_catalog_project_command(loopr: Transcript):
+    res = loopr.result(STEP["validate"])
+    assert_ok(loopr, res)
+    assert VALIDATE_MARKER in output(res).splitlines(), output(res)
+
+
+def test_web_fetch_allowed_loopback_page_as_markdown(loopr: Transcript):
+    res = loopr.result(STEP["fetch"])
+    assert_ok(loopr, res)
+    out = output(res)
+    assert f"# {PAGE_MARKER} heading" in out.splitlines(), out
+    assert f"The {PAGE_MARKER} paragraph." in out and "<h1>" not in out, out
+
+
+def test_web_fetch_other_loopback_port_refused_by_ssrf_guard(loopr: Transcript, pages):
+    res = loopr.result(STEP["fetch_blocked"])
+    out = output(res)
+    assert_error_marked(loopr, res, "blocked")
+    assert "blocked by the SSRF guard" in out and "allowed_hosts" in out, out
+    assert FORBIDDEN_MARKER not in out
+    assert pages[1].hits == 0, "web_fetch connected to a host the guard should block"
+
+
+def _artifact_confirmed(t: Transcript, step: str, text: str, kind: str, name: str, marker: str):
+    res = t.result(STEP[step])
+    assert_ok(t, res)
+    out = output(res)
+    stored = f".toolyard/artifacts/{kind}/{name}.json"
+    assert out.startswith(text) and stored in out, out
+    assert f".toolyard/artifacts/{kind}/{name}.md" in out, out
+    # The path the model was given holds what it sent.
+    assert marker in (t.ws / stored).read_text()
+
+
+def test_create_plan_confirms_stored_path(loopr: Transcript):
+    _artifact_confirmed(
+        loopr,
+        "plan",
+        "Created plan `heron-plan` (1 spec)",
+        "plans",
+        "heron-plan",
+        "PLAN_OVERVIEW_HERON",
+    )
+
+
+def test_create_spec_confirms_stored_path(loopr: Transcript):
+    _artifact_confirmed(
+        loopr, "spec", "Created spec `feeder` (3 phases)", "specs", "feeder", "SPEC_OVERVIEW_WREN"
+    )
+
+
+def test_create_phase_confirms_stored_path(loopr: Transcript):
+    _artifact_confirmed(
+        loopr,
+        "phase",
+        "Created phase `frame` (1 task)",
+        "phases",
+        "frame",
+        "PHASE_OBJECTIVE_ROBIN",
+    )
+
+
+def test_complete_task_echoes_summary(loopr: Transcript):
+    res = loopr.result(STEP["complete"])
+    assert_ok(loopr, res)
+    assert "Task complete: COMPLETE_SUMMARY_SWIFT all steps played" in output(res)
+
+
+def test_every_default_dialect_tool_is_played(tmp_path: Path):
+    # Whatever `toolyard tools` lists must be in the loopr conversation, so a new
+    # tool cannot slip past these tests.
+    _require(
+        TOOLYARD_BIN, "the Toolyard binary", "run `cargo build -p toolyard` or set TOOLYARD_BIN"
+    )
+    home, state = tmp_path / "home", tmp_path / "state"
+    home.mkdir()
+    state.mkdir()
+    listed = _run(
+        [str(TOOLYARD_BIN), "tools", "--format", "mcp", "-w", str(tmp_path)],
+        _base_env(home, state),
+        tmp_path,
+    )
+    assert listed.returncode == 0, listed.stderr
+    tools = {t["name"] for t in json.loads(listed.stdout)}
+    assert "read_file" in tools, listed.stdout[:500]
+    played = {item["tool"] for item in loopr_script("", "")}
+    assert tools - played == set(), f"tools never called by the loopr script: {tools - played}"
 
 
 # ---------------------------------------------------------------- loom / loom-py
