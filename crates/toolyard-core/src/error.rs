@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ToolError {
     /// The file or directory does not exist.
-    #[error("file not found: {0}")]
+    #[error("file not found: {0}; find the right path with glob or list_directory")]
     FileNotFound(PathBuf),
     /// The path resolves (lexically or through a symlink) outside the workspace.
     #[error("path outside the workspace: {path} ({reason}); use a path inside the workspace")]
