@@ -79,14 +79,7 @@ impl LocalRecords {
             .name("toolyard-ledger".into())
             .spawn(move || {
                 for op in rx {
-                    let r = match op {
-                        LedgerOp::Read(s, p, h) => db.record_read(&s, &p, &h),
-                        LedgerOp::Write(s, p, h) => db.record_write(&s, &p, &h),
-                        LedgerOp::Forget(s, p) => db.forget(&s, &p),
-                    };
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, "could not persist a read-ledger entry");
-                    }
+                    persist(&db, op);
                 }
             })
             .ok();
@@ -115,16 +108,13 @@ impl LocalRecords {
             (session.to_string(), path.as_str().to_string()),
             hash.map(str::to_string),
         );
-        let queued = lock(&self.behind).as_ref().map(|tx| tx.send(op));
-        if !matches!(queued, Some(Ok(()))) {
-            // No writer thread: persist in line.
-            let r = match hash {
-                Some(h) => self.ledger.record_write(session, path, h),
-                None => self.ledger.forget(session, path),
-            };
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "could not persist a read-ledger entry");
-            }
+        let unsent = match lock(&self.behind).as_ref() {
+            Some(tx) => tx.send(op).err().map(|e| e.0),
+            None => Some(op),
+        };
+        // No writer thread: persist in line.
+        if let Some(op) = unsent {
+            persist(&self.ledger, op);
         }
     }
 
@@ -144,6 +134,18 @@ impl Drop for LocalRecords {
         if let Some(writer) = lock(&self.writer).take() {
             let _ = writer.join();
         }
+    }
+}
+
+/// Write one ledger update to the database; a failure only costs a re-read later.
+fn persist(db: &Ledger, op: LedgerOp) {
+    let r = match op {
+        LedgerOp::Read(s, p, h) => db.record_read(&s, &p, &h),
+        LedgerOp::Write(s, p, h) => db.record_write(&s, &p, &h),
+        LedgerOp::Forget(s, p) => db.forget(&s, &p),
+    };
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "could not persist a read-ledger entry");
     }
 }
 
