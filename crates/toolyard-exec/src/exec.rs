@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncReadExt, Interest};
@@ -36,6 +36,34 @@ const REAP_GRACE: Duration = Duration::from_secs(5);
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Read buffer size per stream.
 const CHUNK: usize = 64 * 1024;
+
+/// How the saved full outputs are kept bounded. Checked each time a new one is written (so
+/// cheaply: one directory listing): files older than `max_age` go, then the oldest until the
+/// others number fewer than `max_files` and leave room for the new one at its cap within
+/// `max_total_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpillLimits {
+    /// A saved output older than this is deleted.
+    pub max_age: Duration,
+    /// Most files kept in the directory, the new one included.
+    pub max_files: usize,
+    /// Most bytes kept in the directory, the new one (at its cap) included.
+    pub max_total_bytes: u64,
+    /// One saved output stops growing here; a line at its end says the rest was not saved.
+    pub max_file_bytes: u64,
+}
+
+impl Default for SpillLimits {
+    /// 24 hours, 100 files, 256 MiB in all, 64 MiB per file.
+    fn default() -> Self {
+        Self {
+            max_age: Duration::from_secs(24 * 3600),
+            max_files: 100,
+            max_total_bytes: 256 << 20,
+            max_file_bytes: 64 << 20,
+        }
+    }
+}
 
 /// A progress report of a running command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +94,8 @@ pub struct ExecRequest {
     pub env: EnvPolicy,
     /// Where the full output of a truncated call is saved, as `{call_id}.log`.
     pub spill_dir: Option<PathBuf>,
+    /// How the files in `spill_dir` are kept bounded.
+    pub spill_limits: SpillLimits,
     /// This call's id (names the spill file).
     pub call_id: String,
     /// Cancelling it kills the whole tree.
@@ -97,6 +127,7 @@ impl ExecRequest {
             max_output_bytes: toolyard_core::DEFAULT_MAX_OUTPUT_BYTES as usize,
             env: EnvPolicy::default(),
             spill_dir: None,
+            spill_limits: SpillLimits::default(),
             call_id: "call".into(),
             cancel: CancellationToken::new(),
             on_progress: None,
@@ -471,6 +502,7 @@ impl Capture {
         let spill = match &req.spill_dir {
             Some(dir) => Spill::Pending {
                 path: dir.join(format!("{}.log", file_safe(&req.call_id))),
+                limits: req.spill_limits,
                 buffered: Vec::new(),
             },
             None => Spill::Off,
@@ -530,8 +562,17 @@ impl Capture {
 /// The full output: kept in memory while it fits the limit, then streamed to a file.
 enum Spill {
     Off,
-    Pending { path: PathBuf, buffered: Vec<u8> },
-    Writing { path: PathBuf, file: File },
+    Pending {
+        path: PathBuf,
+        limits: SpillLimits,
+        buffered: Vec<u8>,
+    },
+    Writing {
+        path: PathBuf,
+        file: File,
+        /// Bytes still allowed in the file; at 0 the rest of the output is dropped.
+        room: u64,
+    },
     Failed,
 }
 
@@ -539,45 +580,134 @@ impl Spill {
     fn push(&mut self, chunk: &[u8], overflow: bool) {
         match self {
             Spill::Off | Spill::Failed => {}
-            Spill::Pending { path, buffered } => {
+            Spill::Pending {
+                path,
+                limits,
+                buffered,
+            } => {
                 if !overflow {
                     buffered.extend_from_slice(chunk);
                     return;
                 }
-                let opened = File::create(&*path).and_then(|mut f| {
-                    f.write_all(buffered)?;
-                    f.write_all(chunk)?;
-                    Ok(f)
+                if let Some(dir) = path.parent() {
+                    prune_spills(dir, limits, SystemTime::now());
+                }
+                let room = limits.max_file_bytes;
+                let opened = create_spill(path).and_then(|file| {
+                    let mut writing = Spill::Writing {
+                        path: path.clone(),
+                        file,
+                        room,
+                    };
+                    writing.write(buffered)?;
+                    writing.write(chunk)?;
+                    Ok(writing)
                 });
                 *self = match opened {
-                    Ok(file) => Spill::Writing {
-                        path: std::mem::take(path),
-                        file,
-                    },
+                    Ok(writing) => writing,
                     Err(e) => {
                         tracing::warn!(path = %path.display(), error = %e, "cannot write the spill file");
+                        let _ = std::fs::remove_file(&*path);
                         Spill::Failed
                     }
                 };
             }
-            Spill::Writing { path, file } => {
-                if let Err(e) = file.write_all(chunk) {
+            Spill::Writing { path, .. } => {
+                let path = path.clone();
+                if let Err(e) = self.write(chunk) {
                     tracing::warn!(path = %path.display(), error = %e, "cannot write the spill file");
-                    let _ = std::fs::remove_file(&*path);
+                    let _ = std::fs::remove_file(&path);
                     *self = Spill::Failed;
                 }
             }
         }
     }
 
-    /// The spill file, when the output outgrew memory and was saved whole.
+    /// Append to the file up to its cap; the write that reaches the cap ends it with a note.
+    fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
+        let Spill::Writing { file, room, .. } = self else {
+            return Ok(());
+        };
+        if *room == 0 || chunk.is_empty() {
+            return Ok(());
+        }
+        let take = usize::try_from(*room).map_or(chunk.len(), |r| r.min(chunk.len()));
+        file.write_all(&chunk[..take])?;
+        *room -= take as u64;
+        if *room == 0 {
+            file.write_all(b"\n[toolyard: the output beyond this point was not saved]\n")?;
+        }
+        Ok(())
+    }
+
+    /// The spill file, when the output outgrew memory and was saved whole (or up to its cap).
     fn finish(self) -> Option<PathBuf> {
         match self {
-            Spill::Writing { path, mut file } => match file.flush() {
+            Spill::Writing { path, mut file, .. } => match file.flush() {
                 Ok(()) => Some(path),
                 Err(_) => None,
             },
             _ => None,
+        }
+    }
+}
+
+/// Create the spill file afresh and private. Commands may write in its directory, so whatever
+/// sits at its name (a link planted there, say) is removed, never followed.
+fn create_spill(path: &std::path::Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    // create_new (O_EXCL) fails on anything at the name, a link included.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Keep `dir` within `limits` before a new spill file is written there: delete files older
+/// than `max_age`, then the oldest until the rest number under `max_files` and, with room for
+/// the new file at its cap, fit `max_total_bytes`. Best effort: a file that cannot be deleted
+/// (or a concurrent call's) is only left behind.
+fn prune_spills(dir: &std::path::Path, limits: &SpillLimits, now: SystemTime) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            // Commands may write here too: never follow a link, never enter a directory.
+            let meta = e.path().symlink_metadata().ok()?;
+            if meta.is_dir() {
+                return None;
+            }
+            let modified = meta.modified().unwrap_or(now);
+            Some((modified, meta.len(), e.path()))
+        })
+        .collect();
+    // Newest first.
+    files.sort_by_key(|f| std::cmp::Reverse(f.0));
+    let budget = limits.max_total_bytes.saturating_sub(limits.max_file_bytes);
+    let mut kept_bytes = 0u64;
+    let mut kept = 0usize;
+    for (modified, len, path) in files {
+        let too_old = now
+            .duration_since(modified)
+            .is_ok_and(|age| age > limits.max_age);
+        let fits = kept + 1 < limits.max_files && kept_bytes.saturating_add(len) <= budget;
+        if !too_old && fits {
+            kept += 1;
+            kept_bytes += len;
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => tracing::debug!(path = %path.display(), too_old, "removed a saved output"),
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "cannot remove a saved output")
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use toolyard_exec::exec::SpillLimits;
 use toolyard_exec::{EnvPolicy, ExecConfig, ExecOutcome, ExecRequest, run, tree_kill_mechanism};
 
 /// A number no other test (or test run) uses, to find "our" sleep in /proc.
@@ -273,6 +274,110 @@ async fn small_output_writes_no_spill_file() {
     let out = run_bounded(req).await;
     assert!(!out.truncated && out.full_output.is_none());
     assert_eq!(std::fs::read_dir(spill.path()).unwrap().count(), 0);
+}
+
+/// Put a `bytes`-long file `name` in `dir`, last modified `age` ago.
+fn aged_file(dir: &Path, name: &str, bytes: usize, age: Duration) {
+    let path = dir.join(name);
+    std::fs::write(&path, vec![b'x'; bytes]).unwrap();
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    f.set_modified(std::time::SystemTime::now() - age).unwrap();
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn overflowing(dir: &Path, spill: &Path, limits: SpillLimits) -> ExecRequest {
+    let mut req = request(dir, "yes 0123456789abcdefghi | head -n 10000");
+    req.max_output_bytes = 1_000;
+    req.spill_dir = Some(spill.to_path_buf());
+    req.spill_limits = limits;
+    req.call_id = "new".into();
+    req
+}
+
+#[tokio::test]
+async fn writing_a_spill_file_deletes_day_old_files_and_the_oldest_beyond_the_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let spill = tempfile::tempdir().unwrap();
+    let hour = Duration::from_secs(3600);
+    aged_file(spill.path(), "day-old.log", 10, 25 * hour);
+    aged_file(spill.path(), "older.log", 10, 3 * hour);
+    aged_file(spill.path(), "old.log", 10, 2 * hour);
+    aged_file(spill.path(), "recent.log", 10, hour);
+    let limits = SpillLimits {
+        max_files: 3,
+        ..SpillLimits::default()
+    };
+    let out = run_bounded(overflowing(dir.path(), spill.path(), limits)).await;
+    assert_eq!(out.full_output, Some(spill.path().join("new.log")));
+    assert_eq!(
+        names_in(spill.path()),
+        vec!["new.log", "old.log", "recent.log"]
+    );
+}
+
+#[tokio::test]
+async fn spill_files_are_capped_and_the_directory_kept_under_its_byte_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let spill = tempfile::tempdir().unwrap();
+    let minute = Duration::from_secs(60);
+    aged_file(spill.path(), "a.log", 3_000, 3 * minute);
+    aged_file(spill.path(), "b.log", 3_000, 2 * minute);
+    aged_file(spill.path(), "c.log", 3_000, minute);
+    let limits = SpillLimits {
+        max_file_bytes: 4_000,
+        max_total_bytes: 10_000,
+        ..SpillLimits::default()
+    };
+    let out = run_bounded(overflowing(dir.path(), spill.path(), limits)).await;
+    assert_eq!(out.exit_code, Some(0));
+    let path = out.full_output.clone().expect("spill file");
+    let saved = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        saved.starts_with("0123456789abcdefghi\n"),
+        "{}",
+        &saved[..40]
+    );
+    assert!(
+        saved.ends_with("not saved]\n"),
+        "{}",
+        &saved[saved.len() - 200..]
+    );
+    assert!(saved.len() < 4_000 + 200, "{} bytes saved", saved.len());
+    // Room for the new file at its cap: 6 000 bytes are left for the others, the newest two.
+    assert_eq!(names_in(spill.path()), vec!["b.log", "c.log", "new.log"]);
+}
+
+#[tokio::test]
+async fn a_link_planted_in_the_spill_directory_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let spill = tempfile::tempdir().unwrap();
+    // Commands may write in the outputs directory: one could plant the next call's file name.
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, "precious").unwrap();
+    std::os::unix::fs::symlink(&victim, spill.path().join("new.log")).unwrap();
+    let out = run_bounded(overflowing(
+        dir.path(),
+        spill.path(),
+        SpillLimits::default(),
+    ))
+    .await;
+    let victim_now = std::fs::read_to_string(&victim).unwrap();
+    assert!(victim_now == "precious", "the link was followed");
+    let path = out.full_output.expect("spill file");
+    assert!(!path.symlink_metadata().unwrap().is_symlink());
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .starts_with("0123456789")
+    );
 }
 
 #[tokio::test]

@@ -2,7 +2,8 @@
 //! serve jobs from stdin, several at once, until stdin closes.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -50,11 +51,9 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
         Some(dir) => StateDir::at(dir, &root)?,
         None => StateDir::for_workspace(&root)?,
     };
-    let temp_dir = state
-        .tmp_dir()
-        .join(format!("{}-{}", args.lane, std::process::id()));
-    std::fs::create_dir_all(&temp_dir)
-        .map_err(|e| ToolError::Io(format!("{}: {e}", temp_dir.display())))?;
+    // Held until this function returns: dropping it empties the dir.
+    let temp = RunnerTempDir::claim(&state.tmp_dir(), args.lane)?;
+    let temp_dir = temp.path().to_path_buf();
     let mut config: SandboxConfig = catalog.section("sandbox").map_err(bad)?;
     // Commands may write their spill files, nothing else of Toolyard's state.
     config
@@ -94,6 +93,154 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
     ));
     rt.shutdown_timeout(Duration::from_secs(1));
     result
+}
+
+/// A runner's private temp dir (`<state>/tmp/<lane>-<pid>`), flock'ed for the runner's life so
+/// another runner's sweep knows it is in use, and emptied when the runner ends.
+struct RunnerTempDir {
+    path: PathBuf,
+    _lock: File,
+}
+
+impl RunnerTempDir {
+    /// Sweep the dirs dead runners left in `tmp`, then make, lock and return this runner's.
+    fn claim(tmp: &Path, lane: Lane) -> Result<Self, ToolError> {
+        sweep_temp_dirs(tmp);
+        let path = tmp.join(format!("{lane}-{}", std::process::id()));
+        let io = |e: std::io::Error| ToolError::Io(format!("{}: {e}", path.display()));
+        // A dead runner that had this pid may have left it: start empty.
+        empty_dir(&path);
+        std::fs::create_dir_all(&path).map_err(io)?;
+        let lock = File::open(&path).map_err(io)?;
+        // Blocking: another runner's sweep may hold it for a moment (and then leaves it, as
+        // this pid is alive).
+        flock(&lock, libc::LOCK_EX).map_err(io)?;
+        Ok(Self { path, _lock: lock })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for RunnerTempDir {
+    fn drop(&mut self) {
+        empty_dir(&self.path);
+        // Landlock lets a sandboxed runner empty its dir but not unlink it from `tmp/`: the
+        // next runner's sweep removes the empty dir then.
+        if let Err(e) = std::fs::remove_dir(&self.path) {
+            tracing::debug!(path = %self.path.display(), error = %e, "temp dir left for the next sweep");
+        }
+    }
+}
+
+/// Remove the runner temp dirs in `tmp` whose runner is gone: named `<lane>-<pid>`, not locked
+/// by a live runner, and with no live process of that pid (a runner between making its dir
+/// and locking it). Best effort: whatever cannot be removed waits for the next sweep.
+fn sweep_temp_dirs(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(runner_pid) else {
+            continue;
+        };
+        if pid == std::process::id() || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(dir) = File::open(&path) else {
+            continue;
+        };
+        if !matches!(flock(&dir, libc::LOCK_EX | libc::LOCK_NB), Ok(true)) || pid_alive(pid) {
+            continue;
+        }
+        empty_dir(&path);
+        match std::fs::remove_dir(&path) {
+            Ok(()) => tracing::debug!(path = %path.display(), "removed a dead runner's temp dir"),
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "cannot remove a dead runner's temp dir")
+            }
+        }
+    }
+}
+
+/// The pid of a runner temp dir's name `<lane>-<pid>`; `None` for anything else.
+fn runner_pid(name: &str) -> Option<u32> {
+    let (lane, pid) = name.rsplit_once('-')?;
+    lane.parse::<Lane>().ok()?;
+    pid.parse::<u32>().ok().filter(|p| *p > 0)
+}
+
+/// Whether a process `pid` exists (one this process may not signal counts too).
+fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    if unsafe { libc::kill(pid, 0) } == 0 {
+        return true;
+    }
+    std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// `flock(op)`: `Ok(false)` when a non-blocking request would block.
+fn flock(file: &File, op: libc::c_int) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: flock on a descriptor we own; it touches no memory.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            std::io::ErrorKind::Interrupted => continue,
+            std::io::ErrorKind::WouldBlock => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Remove everything inside `dir` (never following links), making read-only directories
+/// writable first when needed (tools such as Go leave their caches read-only).
+fn empty_dir(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        let removed = if is_dir {
+            std::fs::remove_dir_all(&path).or_else(|_| {
+                make_writable(&path);
+                std::fs::remove_dir_all(&path)
+            })
+        } else {
+            std::fs::remove_file(&path)
+        };
+        if let Err(e) = removed {
+            tracing::debug!(path = %path.display(), error = %e, "cannot remove from a runner temp dir");
+        }
+    }
+}
+
+/// `u+rwx` on `dir` and every directory below it (links are not followed).
+fn make_writable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = dir.symlink_metadata() else {
+        return;
+    };
+    if !meta.is_dir() {
+        return;
+    }
+    let mode = meta.permissions().mode() | 0o700;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode));
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            make_writable(&entry.path());
+        }
+    }
 }
 
 /// A line writer shared by every task.
@@ -336,5 +483,89 @@ async fn run_job(
         _ = async { cancel.cancelled().await; tokio::time::sleep(Duration::from_secs(3)).await } => {
             ToolError::Cancelled.into()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    /// The pid of a process that has exited (and been reaped).
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    /// An exclusive flock on `dir`, as a live runner holds on its own; `None` if taken.
+    fn try_lock(dir: &Path) -> Option<File> {
+        let f = File::open(dir).unwrap();
+        // SAFETY: flock on a descriptor we own.
+        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        (r == 0).then_some(f)
+    }
+
+    #[test]
+    fn temp_dirs_of_dead_runners_are_swept_and_live_ones_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = |name: &str| {
+            let p = root.path().join(name);
+            std::fs::create_dir_all(p.join("sub")).unwrap();
+            std::fs::write(p.join("sub/junk"), "x").unwrap();
+            p
+        };
+        let dead = dead_pid();
+        let stale = dir(&format!("net-{dead}"));
+        // A runner that has made its dir but not locked it yet: its pid is alive.
+        let mut alive = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let starting = dir(&format!("no-net-{}", alive.id()));
+        // A runner whose pid this process cannot see (another pid namespace) holds its lock.
+        let locked = dir(&format!("heavy-{dead}"));
+        let _held = try_lock(&locked).unwrap();
+        let not_ours = dir("notes");
+
+        sweep_temp_dirs(root.path());
+        let _ = alive.kill();
+        let _ = alive.wait();
+
+        assert!(!stale.exists(), "a dead runner's dir is left");
+        for kept in [&starting, &locked, &not_ours] {
+            assert!(
+                kept.join("sub/junk").exists(),
+                "{} was removed",
+                kept.display()
+            );
+        }
+    }
+
+    #[test]
+    fn a_runner_s_temp_dir_is_locked_while_it_lives_and_removed_when_it_ends() {
+        let root = tempfile::tempdir().unwrap();
+        let dead = dead_pid();
+        std::fs::create_dir(root.path().join(format!("heavy-{dead}"))).unwrap();
+        let temp = RunnerTempDir::claim(root.path(), Lane::Net).unwrap();
+        assert_eq!(
+            temp.path(),
+            root.path().join(format!("net-{}", std::process::id()))
+        );
+        // Claiming swept the dead runner's dir.
+        assert!(!root.path().join(format!("heavy-{dead}")).exists());
+        std::fs::create_dir(temp.path().join("build")).unwrap();
+        std::fs::write(temp.path().join("build/out.o"), "x").unwrap();
+        // Read-only, as Go leaves its module cache (only meaningful when not run as root).
+        let ro = temp.path().join("build/ro");
+        std::fs::create_dir(&ro).unwrap();
+        std::fs::write(ro.join("f"), "x").unwrap();
+        std::fs::set_permissions(&ro, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+        assert!(try_lock(temp.path()).is_none(), "the dir is not locked");
+        let path = temp.path().to_path_buf();
+        drop(temp);
+        assert!(!path.exists(), "the dir outlived its runner");
     }
 }

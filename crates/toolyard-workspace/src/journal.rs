@@ -41,10 +41,14 @@
 //! ```
 
 use std::fmt;
+use std::fs::File;
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -69,6 +73,8 @@ pub const UNDO_TOOL: &str = "undo";
 
 /// Retention also runs after this many records, so a long-lived server stays bounded.
 const PRUNE_EVERY: u64 = 64;
+/// How long [`Journal::recover`] waits for another process's recovery to end.
+const OWNER_WAIT: Duration = Duration::from_secs(30);
 const SCHEMA_VERSION: i64 = 1;
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS journal_changes (
@@ -283,6 +289,9 @@ pub struct Journal {
     max_bytes: Option<u64>,
     max_age_days: Option<u64>,
     records: AtomicU64,
+    /// `owner.lock` in the state directory, held shared from [`Journal::recover`] on.
+    owner: Mutex<Option<File>>,
+    owner_path: PathBuf,
 }
 
 /// What recording found at the path.
@@ -317,6 +326,8 @@ impl Journal {
             max_bytes: JournalConfig::limit(config.max_bytes, DEFAULT_MAX_BYTES),
             max_age_days: JournalConfig::limit(config.max_age_days, DEFAULT_MAX_AGE_DAYS),
             records: AtomicU64::new(0),
+            owner: Mutex::new(None),
+            owner_path: state.owner_lock_path(),
         };
         journal.prune()?;
         Ok(journal)
@@ -614,9 +625,36 @@ impl Journal {
     }
 
     /// Settle the changes left `pending` by a crash: done if the file now has the new content,
-    /// failed otherwise (the write never landed, the file has its old content). Call it at
-    /// startup, before writes begin: a write in flight in another process would be misjudged.
+    /// failed otherwise (the write never landed, the file has its old content), and remove the
+    /// temp files those writes left. Call it at startup, before writes begin.
+    ///
+    /// A pending change may as well be a write in flight in another process, so this runs only
+    /// when no other process has recovered the journal and is still alive: it takes
+    /// `owner.lock` in the state directory exclusively, settles, and then holds the lock shared
+    /// for as long as this `Journal` lives. When another process holds it, this one settles
+    /// nothing (returns no changes), takes its share, and deletes nobody's temp files.
     pub fn recover(&self, ws: &Workspace) -> Result<Vec<Change>, ToolError> {
+        let mut owner = self.owner.lock().unwrap_or_else(PoisonError::into_inner);
+        let file = match owner.take() {
+            Some(f) => f,
+            None => open_owner_lock(&self.owner_path)?,
+        };
+        let lock_err =
+            |e: io::Error| ToolError::Io(format!("cannot lock {}: {e}", self.owner_path.display()));
+        let alone = flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(lock_err)?;
+        let settled = if alone {
+            self.settle(ws)
+        } else {
+            tracing::info!(lock = %self.owner_path.display(), "another Toolyard process has the journal open; leaving its pending changes to it");
+            Ok(Vec::new())
+        };
+        // Shared from now on: a later process must not settle this one's writes in flight.
+        share_owner_lock(&file, &self.owner_path);
+        *owner = Some(file);
+        settled
+    }
+
+    fn settle(&self, ws: &Workspace) -> Result<Vec<Change>, ToolError> {
         let mut pending = self.list(&ChangeFilter {
             status: Some(ChangeStatus::Pending),
             ..ChangeFilter::default()
@@ -776,6 +814,58 @@ impl Journal {
     fn fail_quietly(&self, id: ChangeId) {
         if let Err(e) = self.mark_failed(id) {
             tracing::warn!(change = %id, error = %e, "cannot mark change failed; recover() will settle it");
+        }
+    }
+}
+
+/// Open (creating it) the lock file owners of the journal share.
+fn open_owner_lock(path: &std::path::Path) -> Result<File, ToolError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // std opens with O_CLOEXEC: commands this process starts never inherit the lock.
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| ToolError::Io(format!("cannot open {}: {e}", path.display())))
+}
+
+/// `flock(op)` on `file`: `Ok(false)` when a non-blocking request would block.
+fn flock(file: &File, op: libc::c_int) -> io::Result<bool> {
+    loop {
+        // SAFETY: flock on a descriptor we own; it touches no memory.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Hold `file` shared, waiting (bounded) while another process holds it to recover. Best
+/// effort: without the share this process's writes in flight are merely unprotected.
+fn share_owner_lock(file: &File, path: &std::path::Path) {
+    let started = Instant::now();
+    loop {
+        match flock(file, libc::LOCK_SH | libc::LOCK_NB) {
+            Ok(true) => return,
+            Ok(false) if started.elapsed() < OWNER_WAIT => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(false) => {
+                tracing::warn!(lock = %path.display(), "another process has held the journal's owner lock for long; going on without it");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(lock = %path.display(), error = %e, "cannot share the journal's owner lock");
+                return;
+            }
         }
     }
 }

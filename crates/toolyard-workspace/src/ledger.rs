@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use toolyard_core::ToolError;
@@ -29,21 +30,54 @@ CREATE TABLE IF NOT EXISTS ledger_seen (
 CREATE INDEX IF NOT EXISTS ledger_seen_updated ON ledger_seen (updated_at);
 ";
 
+/// Retention also runs after this many updates, so a long-lived server stays bounded.
+const PRUNE_EVERY: u64 = 256;
+
+/// How much of the ledger is kept (every connection opens a new session, so it only grows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerLimits {
+    /// A session not used for this many days is forgotten whole (its next write asks for a read).
+    pub max_idle_days: u64,
+    /// Most rows kept across all sessions; the least recently updated go first.
+    pub max_rows: u64,
+}
+
+impl Default for LedgerLimits {
+    /// 7 idle days, 100 000 rows.
+    fn default() -> Self {
+        Self {
+            max_idle_days: 7,
+            max_rows: 100_000,
+        }
+    }
+}
+
 /// Per-session read tracking, persisted in the state database; cheap to share across threads.
 #[derive(Debug)]
 pub struct Ledger {
     conn: Mutex<Connection>,
+    limits: LedgerLimits,
+    updates: AtomicU64,
 }
 
 impl Ledger {
-    /// Open (creating if needed) the ledger in `state`'s database.
+    /// Open (creating if needed) the ledger in `state`'s database, with default retention.
     pub fn open(state: &StateDir) -> Result<Self, ToolError> {
+        Self::open_with(state, LedgerLimits::default())
+    }
+
+    /// Open the ledger with the given retention, and apply it.
+    pub fn open_with(state: &StateDir, limits: LedgerLimits) -> Result<Self, ToolError> {
         // A lost ledger update after a power cut only asks the model to re-read: NORMAL will do.
         let mut conn = db::open(state, Durability::Normal)?;
         db::ensure_schema(&mut conn, "ledger", SCHEMA_VERSION, SCHEMA)?;
-        Ok(Self {
+        let ledger = Self {
             conn: Mutex::new(conn),
-        })
+            limits,
+            updates: AtomicU64::new(0),
+        };
+        ledger.prune()?;
+        Ok(ledger)
     }
 
     /// Note that `session` read `path` and saw content with hash `hash`.
@@ -113,16 +147,34 @@ impl Ledger {
         rows.collect::<Result<BTreeMap<_, _>, _>>().map_err(db_err)
     }
 
-    /// Delete entries not touched for `max_age_days` days; returns how many went.
-    pub fn prune(&self, max_age_days: u64) -> Result<u64, ToolError> {
+    /// Apply retention now (it also runs at open and every few hundred updates): forget the
+    /// sessions idle for `max_idle_days`, then the least recently updated rows beyond
+    /// `max_rows`. Returns how many rows went.
+    pub fn prune(&self) -> Result<u64, ToolError> {
         let conn = db::lock(&self.conn);
-        let n = conn
+        // The timestamps are fixed-width UTC text, so they compare as strings (and use the index).
+        let idle = conn
             .execute(
-                "DELETE FROM ledger_seen WHERE julianday('now') - julianday(updated_at) > ?1",
-                params![max_age_days as f64],
+                "DELETE FROM ledger_seen WHERE session IN (
+                     SELECT session FROM ledger_seen GROUP BY session
+                     HAVING MAX(updated_at) <
+                         strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || ?1 || ' days'))",
+                params![to_sql_int(self.limits.max_idle_days)],
             )
             .map_err(db_err)?;
-        Ok(n as u64)
+        let over = conn
+            .execute(
+                "DELETE FROM ledger_seen WHERE (session, path) IN (
+                     SELECT session, path FROM ledger_seen
+                     ORDER BY updated_at DESC LIMIT -1 OFFSET ?1)",
+                params![to_sql_int(self.limits.max_rows)],
+            )
+            .map_err(db_err)?;
+        let deleted = (idle + over) as u64;
+        if deleted > 0 {
+            tracing::debug!(deleted, "ledger retention pruned rows");
+        }
+        Ok(deleted)
     }
 
     fn upsert(
@@ -141,8 +193,17 @@ impl Ledger {
         )
         .and_then(|mut st| st.execute(params![session, path.as_str(), hash, via]))
         .map_err(db_err)?;
+        drop(conn);
+        let due = self.updates.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
+        if due && let Err(e) = self.prune() {
+            tracing::warn!(error = %e, "ledger retention failed");
+        }
         Ok(())
     }
+}
+
+fn to_sql_int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

@@ -20,5 +20,5 @@ pub use journal::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_CHANGES, Journal, JournalConfig, NewChange, UNDO_TOOL,
     UndoOutcome,
 };
-pub use ledger::Ledger;
+pub use ledger::{Ledger, LedgerLimits};
 pub use state::StateDir;

@@ -102,6 +102,12 @@ impl StateDir {
         self.path.join("state.db")
     }
 
+    /// The lock every process holding the journal open shares, and the one that recovers it
+    /// takes alone (see [`crate::Journal::recover`]).
+    pub fn owner_lock_path(&self) -> PathBuf {
+        self.path.join("owner.lock")
+    }
+
     /// Where full command outputs are saved, one file per call.
     pub fn outputs_dir(&self) -> PathBuf {
         self.sub("outputs")

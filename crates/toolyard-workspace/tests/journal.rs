@@ -349,6 +349,74 @@ fn recover_completes_an_interrupted_undo_and_links_it() {
     assert_eq!(fx.bytes("f").unwrap(), b"new");
 }
 
+/// A write of `p` caught between its journal entry and its rename, as another process would
+/// leave it while still running: the change pending, its temp file beside the target.
+fn mid_write(fx: &Fixture, j: &Journal, p: &str, tmp: &str) -> ChangeId {
+    fx.put(p, b"old", 0o644);
+    let rel = fx.rel(p);
+    let new_hash = hash_bytes(b"new");
+    let id = j
+        .record(
+            &fx.ws,
+            NewChange {
+                session: "s",
+                call_id: "c",
+                tool: "write_file",
+                path: &rel,
+                new_hash: &new_hash,
+            },
+        )
+        .unwrap();
+    fx.put(tmp, b"ne", 0o600);
+    id
+}
+
+#[test]
+fn recovery_leaves_alone_the_writes_of_a_process_that_has_the_journal_open() {
+    let fx = Fixture::new();
+    // Process A (the server) started first: it recovered, and now is in the middle of a write.
+    let a = Journal::open(&fx.state).unwrap();
+    assert!(a.recover(&fx.ws).unwrap().is_empty());
+    let id = mid_write(&fx, &a, "f", ".f.toolyard-a1.tmp");
+
+    // Process B (`toolyard log`, a CLI call) opens the journal meanwhile.
+    let b = Journal::open(&fx.state).unwrap();
+    assert!(b.recover(&fx.ws).unwrap().is_empty());
+    assert_eq!(b.get(id).unwrap().status, ChangeStatus::Pending);
+    assert!(
+        fx.bytes(".f.toolyard-a1.tmp").is_some(),
+        "B removed A's temp file"
+    );
+
+    // A exits while B is mid-write: C, starting now, must leave B's write alone too.
+    drop(a);
+    let id_b = mid_write(&fx, &b, "g", ".g.toolyard-b1.tmp");
+    let c = Journal::open(&fx.state).unwrap();
+    assert!(c.recover(&fx.ws).unwrap().is_empty());
+    assert!(
+        fx.bytes(".g.toolyard-b1.tmp").is_some(),
+        "C removed B's temp file"
+    );
+    assert_eq!(c.get(id_b).unwrap().status, ChangeStatus::Pending);
+
+    // Once every process is gone (killed, say), the next one settles both and sweeps the litter.
+    drop(b);
+    drop(c);
+    let d = Journal::open(&fx.state).unwrap();
+    let settled: Vec<_> = d
+        .recover(&fx.ws)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.id, c.status))
+        .collect();
+    assert_eq!(
+        settled,
+        vec![(id, ChangeStatus::Failed), (id_b, ChangeStatus::Failed)]
+    );
+    assert!(fx.bytes(".f.toolyard-a1.tmp").is_none());
+    assert!(fx.bytes(".g.toolyard-b1.tmp").is_none());
+}
+
 #[test]
 fn list_filters_by_session_path_and_limit_newest_first() {
     let fx = Fixture::new();

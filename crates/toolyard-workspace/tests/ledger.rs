@@ -3,7 +3,7 @@
 mod common;
 
 use common::Fixture;
-use toolyard_workspace::{Ledger, hash_bytes};
+use toolyard_workspace::{Ledger, LedgerLimits, hash_bytes};
 
 #[test]
 fn a_read_recorded_by_one_process_is_seen_by_another() {
@@ -121,4 +121,75 @@ fn concurrent_writers_in_separate_connections_do_not_fail() {
     for t in 0..4 {
         assert_eq!(check.snapshot(&format!("s{t}")).unwrap().len(), 100);
     }
+}
+
+/// Set when `session` last touched `path`, as if `days_ago` days had passed since.
+fn age(fx: &Fixture, session: &str, path: &str, days_ago: u32) {
+    let db = rusqlite::Connection::open(fx.state.db_path()).unwrap();
+    let n = db
+        .execute(
+            "UPDATE ledger_seen SET updated_at =
+                 strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || ?3 || ' days')
+             WHERE session = ?1 AND path = ?2",
+            rusqlite::params![session, path, days_ago],
+        )
+        .unwrap();
+    assert_eq!(n, 1, "{session} {path}");
+}
+
+#[test]
+fn sessions_idle_for_a_week_are_pruned_at_open_and_active_ones_kept_whole() {
+    let fx = Fixture::new();
+    let ledger = Ledger::open(&fx.state).unwrap();
+    for session in ["idle", "active"] {
+        for p in ["a", "b"] {
+            ledger.record_read(session, &fx.rel(p), "h").unwrap();
+        }
+    }
+    age(&fx, "idle", "a", 8);
+    age(&fx, "idle", "b", 9);
+    // An active session's old read still counts: only whole idle sessions go.
+    age(&fx, "active", "a", 30);
+    drop(ledger);
+
+    let reopened = Ledger::open(&fx.state).unwrap();
+    assert!(reopened.snapshot("idle").unwrap().is_empty());
+    assert_eq!(reopened.snapshot("active").unwrap().len(), 2);
+    reopened.check_write("active", &fx.rel("a"), "h").unwrap();
+}
+
+#[test]
+fn the_ledger_keeps_at_most_max_rows_dropping_the_least_recent() {
+    let fx = Fixture::new();
+    let limits = LedgerLimits {
+        max_idle_days: 7,
+        max_rows: 3,
+    };
+    let ledger = Ledger::open_with(&fx.state, limits).unwrap();
+    for (i, p) in ["p0", "p1", "p2", "p3", "p4"].iter().enumerate() {
+        ledger.record_read("s", &fx.rel(p), "h").unwrap();
+        // Older the lower i, in whole days so the order is unambiguous.
+        age(&fx, "s", p, 5 - i as u32);
+    }
+    assert_eq!(ledger.prune().unwrap(), 2);
+    let kept: Vec<String> = ledger.snapshot("s").unwrap().into_keys().collect();
+    assert_eq!(kept, vec!["p2", "p3", "p4"]);
+}
+
+#[test]
+fn a_long_lived_ledger_prunes_as_it_records() {
+    let fx = Fixture::new();
+    let limits = LedgerLimits {
+        max_idle_days: 7,
+        max_rows: 10,
+    };
+    let ledger = Ledger::open_with(&fx.state, limits).unwrap();
+    for i in 0..1000 {
+        ledger
+            .record_read("s", &fx.rel(&format!("f{i}")), "h")
+            .unwrap();
+    }
+    let rows = ledger.snapshot("s").unwrap().len();
+    // Retention runs every so many records, not on each one: bounded, not exact.
+    assert!(rows < 1000 / 2, "{rows} rows kept");
 }
