@@ -21,11 +21,13 @@ impl StateDir {
     /// else `$XDG_STATE_HOME/toolyard`, else `~/.local/state/toolyard`, in
     /// `workspaces/<name>-<hash of the root path>`.
     pub fn for_workspace(root: &Path) -> Result<Self, ToolError> {
-        let base = if let Some(dir) = std::env::var_os("TOOLYARD_STATE_DIR") {
+        // An empty value counts as unset (as XDG says): never the current directory.
+        let set = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let base = if let Some(dir) = set("TOOLYARD_STATE_DIR") {
             PathBuf::from(dir)
-        } else if let Some(dir) = std::env::var_os("XDG_STATE_HOME") {
+        } else if let Some(dir) = set("XDG_STATE_HOME") {
             PathBuf::from(dir).join("toolyard")
-        } else if let Some(home) = std::env::var_os("HOME") {
+        } else if let Some(home) = set("HOME") {
             PathBuf::from(home).join(".local/state/toolyard")
         } else {
             std::env::temp_dir().join("toolyard-state")

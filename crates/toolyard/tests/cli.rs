@@ -501,3 +501,25 @@ fn the_readme_quick_start_works_as_printed() {
         "the edit landed and the undo restored it"
     );
 }
+
+#[test]
+fn an_empty_state_dir_variable_counts_as_unset() {
+    let e = env();
+    let home = e.state.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(e.ws.join("a.txt"), "x\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+        .args(["call", "read_file", r#"{"path":"a.txt"}"#])
+        .current_dir(&e.ws)
+        .env("TOOLYARD_STATE_DIR", "")
+        .env("XDG_STATE_HOME", "")
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !e.ws.join("workspaces").exists(),
+        "no state in the working directory"
+    );
+    assert!(home.join(".local/state/toolyard/workspaces").is_dir());
+}
