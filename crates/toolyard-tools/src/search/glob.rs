@@ -308,6 +308,40 @@ impl Drop for Visitor<'_, '_> {
     }
 }
 
+/// Run a search engine on the blocking pool with a token that stops it at the call's time limit
+/// (reported as `Timeout`), when the call is cancelled, and when the call itself is dropped (a
+/// caller's own bound), so no search keeps a thread busy after its call is over.
+pub(super) async fn bounded<T, F>(ctx: &ToolContext, search: F) -> Result<T, ToolError>
+where
+    T: Send + 'static,
+    F: FnOnce(&CancellationToken) -> Result<T, ToolError> + Send + 'static,
+{
+    let limit = ctx.budget(None);
+    let stop = ctx.cancel.child_token();
+    let _stop_when_dropped = stop.clone().drop_guard();
+    let timer = if limit.is_zero() {
+        stop.cancel();
+        None
+    } else {
+        let stop = stop.clone();
+        Some(tokio::spawn(async move {
+            tokio::time::sleep(limit).await;
+            stop.cancel();
+        }))
+    };
+    let inner = stop.clone();
+    let result = super::blocking(move || search(&inner)).await;
+    if let Some(timer) = timer {
+        timer.abort();
+    }
+    match result {
+        Err(ToolError::Cancelled) if !ctx.cancel.is_cancelled() => Err(ToolError::Timeout {
+            ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+        }),
+        other => other,
+    }
+}
+
 /// The `glob` tool (loopr dialect).
 pub struct GlobTool {
     env: Arc<ToolEnv>,
@@ -349,8 +383,7 @@ impl TypedTool for GlobTool {
             hidden: args.hidden,
         };
         let env = self.env.clone();
-        let cancel = ctx.cancel.clone();
-        let outcome = super::blocking(move || find(&env.workspace, &query, &cancel)).await?;
+        let outcome = bounded(ctx, move |stop| find(&env.workspace, &query, stop)).await?;
         let hidden_note = walk::hidden_note(outcome.hidden_skipped);
         let output = if outcome.hits.is_empty() {
             let mut text = format!(

@@ -26,6 +26,12 @@ use crate::ToolEnv;
 pub const MAX_LINE_CHARS: usize = 500;
 /// Most context lines before and after a match.
 const MAX_CONTEXT: usize = 20;
+/// The longest regex accepted, in bytes (64 KiB).
+pub const MAX_REGEX_BYTES: usize = 64 * 1024;
+/// Most memory a compiled regex may take (a short pattern such as `\w{5000}` compiles large).
+const REGEX_SIZE_LIMIT: usize = 16 << 20;
+/// Most memory each search thread's lazy DFA may take (grep-regex's default is 1000 MiB).
+const DFA_SIZE_LIMIT: usize = 32 << 20;
 
 const DESCRIPTION: &str = "Search file contents with a regular expression (ripgrep's engine, \
 in process). Output is `path:line:text` for matches and `path-line-text` for context lines, \
@@ -150,13 +156,45 @@ impl GrepOutcome {
 }
 
 /// Compile `pattern` as grep does (smart case, one line at a time); a syntax error says where.
+/// Patterns over [`MAX_REGEX_BYTES`], and regexes that compile too large, are refused.
 pub fn matcher(pattern: &str) -> Result<RegexMatcher, ToolError> {
+    if pattern.len() > MAX_REGEX_BYTES {
+        return Err(ToolError::InvalidArguments(format!(
+            "grep: `pattern` is {} bytes; regexes are limited to {MAX_REGEX_BYTES} bytes (64 KiB). \
+             Search for a shorter, distinctive part, or run several searches",
+            pattern.len()
+        )));
+    }
     RegexMatcherBuilder::new()
         .case_smart(true)
         // Lets the matcher search whole buffers for candidate lines (ripgrep's fast path).
         .line_terminator(Some(b'\n'))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(DFA_SIZE_LIMIT)
         .build(pattern)
-        .map_err(|e| ToolError::InvalidArguments(format!("grep: invalid regex `{pattern}`: {e}")))
+        .map_err(|e| {
+            let msg = e.to_string();
+            if msg.starts_with("compiled regex exceeds size limit") {
+                ToolError::InvalidArguments(format!(
+                    "grep: `pattern` {} compiles to a regex too large (over the {} MiB limit); \
+                     simplify it: fewer or smaller repetitions (`{{n}}`), ASCII classes such as \
+                     `[0-9A-Za-z_]` instead of Unicode ones like `\\w`, or several simpler searches",
+                    quote(pattern),
+                    REGEX_SIZE_LIMIT >> 20
+                ))
+            } else {
+                ToolError::InvalidArguments(format!("grep: invalid regex `{pattern}`: {e}"))
+            }
+        })
+}
+
+/// `pattern` in backticks, cut when long (an error message need not repeat kilobytes).
+fn quote(pattern: &str) -> String {
+    const SHOWN: usize = 80;
+    match pattern.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("`{}`... ({} bytes)", &pattern[..end], pattern.len()),
+        None => format!("`{pattern}`"),
+    }
 }
 
 /// Search beneath the workspace as `query` says; stops early (with what it has) on `cancel`.
@@ -168,7 +206,9 @@ pub fn search(
     let started = Instant::now();
     let matcher = matcher(&query.pattern)?;
     let file_glob = match &query.file_pattern {
-        Some(p) if !p.trim().is_empty() => Some(PathGlob::new(p, ws, &query.root)?),
+        Some(p) if !p.trim().is_empty() => {
+            Some(PathGlob::for_argument("file_pattern", p, ws, &query.root)?)
+        }
         _ => None,
     };
     let root_meta = ws
@@ -319,9 +359,14 @@ impl Visitor<'_, '_> {
         };
         self.local.searched += 1;
         self.sink.reset();
+        // Read through the token, so one huge file cannot hold the search past its time limit.
+        let reader = Stoppable {
+            inner: file,
+            cancel: self.shared.cancel,
+        };
         let result = self
             .searcher
-            .search_file(self.shared.matcher, &file, &mut self.sink);
+            .search_reader(self.shared.matcher, reader, &mut self.sink);
         if let Err(e) = result {
             tracing::trace!(path = %String::from_utf8_lossy(rel), error = %e, "grep: read failed");
         }
@@ -363,6 +408,22 @@ impl Drop for Visitor<'_, '_> {
         merged.searched += self.local.searched;
         merged.files.append(&mut self.local.files);
         merged.trim(self.shared.limits);
+    }
+}
+
+/// A reader that ends (as at end of file) once `cancel` is cancelled: the searcher reads a
+/// buffer at a time, so a search stops within one buffer of the token.
+struct Stoppable<'a, R> {
+    inner: R,
+    cancel: &'a CancellationToken,
+}
+
+impl<R: std::io::Read> std::io::Read for Stoppable<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.cancel.is_cancelled() {
+            return Ok(0);
+        }
+        self.inner.read(buf)
     }
 }
 
@@ -604,8 +665,8 @@ impl TypedTool for GrepTool {
             hidden: args.hidden,
         };
         let env = self.env.clone();
-        let cancel = ctx.cancel.clone();
-        let outcome = super::blocking(move || search(&env.workspace, &query, &cancel)).await?;
+        let outcome =
+            super::glob::bounded(ctx, move |stop| search(&env.workspace, &query, stop)).await?;
         let budget = super::output_budget(&self.env, "grep", ctx.max_output_bytes);
         let hidden_note = walk::hidden_note(outcome.hidden_skipped);
         let output = if outcome.total_matches == 0 {
@@ -668,6 +729,33 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("unclosed group"), "{msg}");
         assert!(msg.contains('^'), "{msg}");
+    }
+
+    #[test]
+    fn a_file_search_stops_within_a_buffer_once_cancelled() {
+        struct CancelAtFirstMatch<'a>(&'a CancellationToken, u64);
+        impl Sink for CancelAtFirstMatch<'_> {
+            type Error = std::io::Error;
+            fn matched(&mut self, _: &Searcher, _: &SinkMatch<'_>) -> Result<bool, Self::Error> {
+                self.1 += 1;
+                self.0.cancel();
+                Ok(true)
+            }
+        }
+        let lines = 1u64 << 20;
+        let data = "needle\n".repeat(lines as usize);
+        let cancel = CancellationToken::new();
+        let mut sink = CancelAtFirstMatch(&cancel, 0);
+        let reader = Stoppable {
+            inner: data.as_bytes(),
+            cancel: &cancel,
+        };
+        SearcherBuilder::new()
+            .build()
+            .search_reader(matcher("needle").unwrap(), reader, &mut sink)
+            .unwrap();
+        // What the searcher had buffered is searched; nothing more is read.
+        assert!(sink.1 < lines / 4, "{} of {lines} lines searched", sink.1);
     }
 
     #[test]

@@ -12,6 +12,10 @@ use globset::{Candidate, GlobBuilder, GlobSet, GlobSetBuilder};
 use toolyard_core::ToolError;
 use toolyard_workspace::{RelPath, Workspace};
 
+/// The longest glob pattern accepted, in bytes: compiling one takes time growing with the
+/// square of its components (a megabyte takes minutes).
+pub const MAX_GLOB_PATTERN_BYTES: usize = 4096;
+
 /// A compiled path pattern, with what it tells the walker.
 #[derive(Debug, Clone)]
 pub struct PathGlob {
@@ -25,8 +29,25 @@ pub struct PathGlob {
 }
 
 impl PathGlob {
-    /// Compile `pattern` for a search rooted at `root`.
+    /// Compile `pattern` (the `pattern` argument) for a search rooted at `root`.
     pub fn new(pattern: &str, ws: &Workspace, root: &RelPath) -> Result<Self, ToolError> {
+        Self::for_argument("pattern", pattern, ws, root)
+    }
+
+    /// Like [`PathGlob::new`], naming the argument `arg` when the pattern is too long.
+    pub fn for_argument(
+        arg: &str,
+        pattern: &str,
+        ws: &Workspace,
+        root: &RelPath,
+    ) -> Result<Self, ToolError> {
+        if pattern.len() > MAX_GLOB_PATTERN_BYTES {
+            return Err(ToolError::InvalidArguments(format!(
+                "`{arg}` is {} bytes; glob patterns are limited to {MAX_GLOB_PATTERN_BYTES} bytes. \
+                 Use a shorter pattern (`**/name.ext`, `{{a,b}}` alternation) or narrow `path`",
+                pattern.len()
+            )));
+        }
         let mut pat = pattern.trim().to_string();
         if pat.is_empty() {
             return Err(ToolError::InvalidArguments(
