@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::process::ChildStdin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -100,6 +101,8 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
 struct RunnerTempDir {
     path: PathBuf,
     _lock: File,
+    /// Closed when this runner ends, however it ends: then the remover deletes the dir.
+    _remover: Option<ChildStdin>,
 }
 
 impl RunnerTempDir {
@@ -115,7 +118,18 @@ impl RunnerTempDir {
         // Blocking: another runner's sweep may hold it for a moment (and then leaves it, as
         // this pid is alive).
         flock(&lock, libc::LOCK_EX).map_err(io)?;
-        Ok(Self { path, _lock: lock })
+        let remover = match spawn_remover(&path) {
+            Ok((pipe, _child)) => Some(pipe),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "no remover for the temp dir; the next runner's sweep will remove it");
+                None
+            }
+        };
+        Ok(Self {
+            path,
+            _lock: lock,
+            _remover: remover,
+        })
     }
 
     fn path(&self) -> &Path {
@@ -132,6 +146,31 @@ impl Drop for RunnerTempDir {
             tracing::debug!(path = %self.path.display(), error = %e, "temp dir left for the next sweep");
         }
     }
+}
+
+/// Start the process that removes `dir` once this runner is gone, however it ends: the router
+/// kills its runners with SIGKILL, and the sandbox keeps a runner from unlinking the dir itself.
+/// A shell started before the sandbox, in its own process group (a Ctrl-C at the terminal
+/// leaves it), waits for end of file on its stdin, a pipe only this runner holds (close-on-exec,
+/// so commands do not hold it), then removes the dir, read-only subdirectories included.
+fn spawn_remover(dir: &Path) -> std::io::Result<(ChildStdin, std::process::Child)> {
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(
+            r#"while read -r _; do :; done; chmod -R u+w -- "$0" 2>/dev/null; exec rm -rf -- "$0""#,
+        )
+        .arg(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    let pipe = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("the remover's stdin is missing"))?;
+    Ok((pipe, child))
 }
 
 /// Remove the runner temp dirs in `tmp` whose runner is gone: named `<lane>-<pid>`, not locked
@@ -506,6 +545,26 @@ mod tests {
         // SAFETY: flock on a descriptor we own.
         let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         (r == 0).then_some(f)
+    }
+
+    #[test]
+    fn the_remover_deletes_the_dir_once_its_runner_is_gone() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("net-1");
+        let ro = dir.join("cache/ro");
+        std::fs::create_dir_all(&ro).unwrap();
+        std::fs::write(ro.join("f"), "x").unwrap();
+        std::fs::set_permissions(&ro, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+        let (pipe, mut remover) = spawn_remover(&dir).unwrap();
+        assert!(
+            remover.try_wait().unwrap().is_none(),
+            "the remover did not wait"
+        );
+        assert!(ro.join("f").exists());
+        // What a runner's death does: its end of the pipe closes.
+        drop(pipe);
+        assert!(remover.wait().unwrap().success());
+        assert!(!dir.exists(), "the dir outlived its runner");
     }
 
     #[test]
