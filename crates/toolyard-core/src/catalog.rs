@@ -134,6 +134,7 @@ struct CatalogFile {
     web: Option<IgnoredAny>,
     oracle: Option<IgnoredAny>,
     project: Option<IgnoredAny>,
+    processes: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

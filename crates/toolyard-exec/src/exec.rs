@@ -404,6 +404,8 @@ fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<(Proc, Reader, Reader), 
         args: &args,
         env: &env,
         cwd: &cwd,
+        stdio: None,
+        die_with_parent: false,
     };
     let spawned = tree::spawn_in_pid_namespace(&cmd, user_ns)
         .map_err(|e| ToolError::Io(format!("cannot start `sh -c`: {e}")))?;
@@ -417,6 +419,11 @@ fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<(Proc, Reader, Reader), 
     // SAFETY: the AsyncFd owns the pidfd, which stays open and the same until it is dropped.
     let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
         .map_err(|e| io(e.into()))?;
+    let (Some(stdout), Some(stderr)) = (stdout, stderr) else {
+        return Err(ToolError::Io(
+            "the command's output pipes are missing".into(),
+        ));
+    };
     let out = pipe::Receiver::from_owned_fd(stdout).map_err(io)?;
     let err = pipe::Receiver::from_owned_fd(stderr).map_err(io)?;
     Ok((Proc::Ns(child, pidfd), Box::pin(out), Box::pin(err)))

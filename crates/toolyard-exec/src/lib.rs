@@ -19,6 +19,7 @@
 //! A runner process applies its lane's sandbox once, in `main`, before any thread starts:
 //! see [`sandbox::apply`].
 
+pub mod background;
 pub mod env;
 pub mod exec;
 pub mod policy;

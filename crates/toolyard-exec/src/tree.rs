@@ -107,6 +107,8 @@ fn probe(m: &Mechanism) -> io::Result<()> {
                     args: &args,
                     env: &[],
                     cwd: &cwd,
+                    stdio: None,
+                    die_with_parent: false,
                 },
                 matches!(m, Mechanism::UserPidNamespace),
             )?;
@@ -302,6 +304,22 @@ pub(crate) struct NsCommand<'a> {
     pub(crate) env: &'a [CString],
     /// Its working directory.
     pub(crate) cwd: &'a CStr,
+    /// Descriptors to give it as stdin/stdout/stderr (a pty, an input pipe) instead of
+    /// /dev/null and fresh output pipes; the caller keeps (and closes) its own copies.
+    pub(crate) stdio: Option<NsStdio>,
+    /// The init dies (and the whole tree with it) when the thread that spawned it exits:
+    /// for processes that outlive the call that started them.
+    pub(crate) die_with_parent: bool,
+}
+
+/// Given standard descriptors for a command in a PID namespace.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NsStdio {
+    pub(crate) stdin: libc::c_int,
+    pub(crate) stdout: libc::c_int,
+    pub(crate) stderr: libc::c_int,
+    /// Make stdin the command's controlling terminal, in a session of its own (a pty).
+    pub(crate) controlling_tty: bool,
 }
 
 /// A command just started in its own PID namespace, with the read ends of its output pipes.
@@ -309,8 +327,9 @@ pub(crate) struct NsSpawned {
     pub(crate) child: NsChild,
     /// Becomes readable when the init (and so the whole namespace) is gone.
     pub(crate) pidfd: OwnedFd,
-    pub(crate) stdout: OwnedFd,
-    pub(crate) stderr: OwnedFd,
+    /// The output pipes (none when the caller gave its own descriptors).
+    pub(crate) stdout: Option<OwnedFd>,
+    pub(crate) stderr: Option<OwnedFd>,
 }
 
 /// The init of a command's PID namespace, as seen from the runner.
@@ -352,6 +371,8 @@ struct InitContext<'a> {
     stack_top: *mut libc::c_void,
     /// The nested Landlock ruleset the command enters before exec (-1: none).
     layer: libc::c_int,
+    controlling_tty: bool,
+    die_with_parent: bool,
 }
 
 /// `struct clone_args` of `clone3(2)` (the first, version 0 fields).
@@ -410,8 +431,17 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
         }
         OwnedFd::from_raw_fd(fd)
     };
-    let (out_r, out_w) = pipe(libc::O_CLOEXEC)?;
-    let (err_r, err_w) = pipe(libc::O_CLOEXEC)?;
+    let pipes = match cmd.stdio {
+        Some(_) => None,
+        None => Some((pipe(libc::O_CLOEXEC)?, pipe(libc::O_CLOEXEC)?)),
+    };
+    let (stdin, stdout, stderr) = match (&cmd.stdio, &pipes) {
+        (Some(s), _) => (s.stdin, s.stdout, s.stderr),
+        (None, Some(((_, out_w), (_, err_w)))) => {
+            (devnull.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd())
+        }
+        (None, None) => return Err(io::Error::other("no output pipes")),
+    };
     let (report_r, report_w) = pipe(libc::O_CLOEXEC | libc::O_NONBLOCK)?;
     let id_maps = user_ns.then(IdMaps::current);
     // The stack grows down; keep its top 16-byte aligned.
@@ -426,13 +456,15 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
         cwd: cmd.cwd,
-        stdin: devnull.as_raw_fd(),
-        stdout: out_w.as_raw_fd(),
-        stderr: err_w.as_raw_fd(),
+        stdin,
+        stdout,
+        stderr,
         report: report_w.as_raw_fd(),
         id_maps: id_maps.as_ref(),
         stack_top,
         layer: crate::sandbox::command_layer_fd(),
+        controlling_tty: cmd.stdio.is_some_and(|s| s.controlling_tty),
+        die_with_parent: cmd.die_with_parent,
     };
     let mut pidfd: libc::c_int = -1;
     let mut flags = (libc::CLONE_NEWPID | libc::CLONE_PIDFD) as u64;
@@ -464,6 +496,10 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
     }
     // SAFETY: the kernel stored a new pidfd for the child.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let (stdout, stderr) = match pipes {
+        Some(((out_r, _), (err_r, _))) => (Some(out_r), Some(err_r)),
+        None => (None, None),
+    };
     Ok(NsSpawned {
         child: NsChild {
             pid: pid as libc::pid_t,
@@ -471,12 +507,22 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
             reaped: false,
         },
         pidfd,
-        stdout: out_r,
-        stderr: err_r,
+        stdout,
+        stderr,
     })
 }
 
 impl NsChild {
+    /// The init's pid (also its process group's id), as the runner sees it.
+    pub(crate) fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Whether the init was reaped (its pid may then belong to another process).
+    pub(crate) fn reaped(&self) -> bool {
+        self.reaped
+    }
+
     /// Kill the whole tree (the init, and with it the namespace). Idempotent.
     pub(crate) fn kill(&self) {
         if self.reaped {
@@ -606,6 +652,9 @@ unsafe fn namespace_init(ctx: &InitContext<'_>) -> ! {
     unsafe {
         // A fresh start: handlers inherited from the runner (tokio's SIGCHLD) must not run
         // here, and the command must not inherit a blocked signal or an ignored SIGPIPE.
+        if ctx.die_with_parent {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -663,6 +712,12 @@ extern "C" fn exec_command(arg: *mut libc::c_void) -> libc::c_int {
     // only execve and _exit are called.
     unsafe {
         let ctx = &*arg.cast::<InitContext<'_>>();
+        // A terminal's session leader: ^C and ^Z on the pty reach the command's group.
+        if ctx.controlling_tty && (libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0) {
+            const MSG: &[u8] = b"toolyard: the command could not take its terminal\n";
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(126);
+        }
         // The init stays in the runner's domain; only the command is shut out of it.
         if crate::sandbox::enter_command_domain(ctx.layer).is_err() {
             const MSG: &[u8] = b"toolyard: the command could not enter its sandbox domain\n";

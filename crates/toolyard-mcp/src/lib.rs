@@ -465,8 +465,9 @@ impl ServerHandler for ToolyardServer {
 ///
 /// stdout is the transport: nothing else may write to it while this runs.
 pub async fn serve_stdio(dispatcher: Arc<Dispatcher>) -> Result<(), ServeError> {
-    let server = ToolyardServer::new(dispatcher);
-    tracing::info!(session = %server.session(), "serving MCP over stdio");
+    let server = ToolyardServer::new(dispatcher.clone());
+    let session = server.session().to_string();
+    tracing::info!(session = %session, "serving MCP over stdio");
     let (transport, pumps) = stdio::guarded(tokio::io::stdin(), tokio::io::stdout());
     let served = match server.serve(transport).await {
         Ok(running) => running
@@ -482,6 +483,8 @@ pub async fn serve_stdio(dispatcher: Arc<Dispatcher>) -> Result<(), ServeError> 
         }
         Err(e) => Err(ServeError::Init(e.to_string())),
     };
+    // The client is gone: so are the processes it started.
+    dispatcher.end_session(&session).await;
     // The last replies (and the guard's own errors) reach stdout before we return.
     let [reader, writer] = pumps;
     reader.abort();

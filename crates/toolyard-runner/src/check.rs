@@ -3,6 +3,7 @@
 
 use toolyard_core::{Catalog, CatalogError};
 use toolyard_exec::ExecConfig;
+use toolyard_exec::background::ProcessesConfig;
 use toolyard_exec::policy::{CommandPolicy, PolicyConfig};
 use toolyard_exec::sandbox::{LanesConfig, SandboxConfig};
 use toolyard_tools::command::ProjectConfig;
@@ -16,7 +17,7 @@ use crate::HooksConfig;
 /// `[journal]`, `[web]`, `[oracle]`, `[project]`) and the policy's patterns; the error lists
 /// every mistake found, one a line. The tools and profiles were checked when it was parsed.
 pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
-    let checks: [Result<(), CatalogError>; 9] = [
+    let checks: [Result<(), CatalogError>; 10] = [
         catalog.check_section::<PolicyConfig>("policy"),
         catalog.check_section::<SandboxConfig>("sandbox"),
         catalog.check_section::<LanesConfig>("lanes"),
@@ -26,6 +27,7 @@ pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
         catalog.check_section::<WebConfig>("web"),
         catalog.check_section::<OracleConfig>("oracle"),
         catalog.check_section::<ProjectConfig>("project"),
+        catalog.check_section::<ProcessesConfig>("processes"),
     ];
     let mut messages: Vec<String> = checks
         .into_iter()

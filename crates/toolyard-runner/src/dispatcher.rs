@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{
-    Catalog, ProgressSink, ToolContext, ToolDefinition, ToolError, ToolResult, ToolSpec,
+    Catalog, Lane, ProgressSink, ToolContext, ToolDefinition, ToolError, ToolResult, ToolSpec,
 };
 use toolyard_tools::{Dialect, DialectTool, ToolEnv};
 
@@ -34,6 +34,7 @@ pub enum Mode {
 const RUNS_COMMANDS: &[&str] = &[
     "run_command",
     "run_command_isolated",
+    "shell",
     "build",
     "test",
     "validate",
@@ -280,9 +281,93 @@ impl Dispatcher {
             .await
     }
 
+    /// Kill the background processes of `session` (its client disconnected), in every lane.
+    pub async fn end_session(&self, session: &str) {
+        match &self.router {
+            Some(router) => router.end_session(session).await,
+            None => {
+                toolyard_tools::process::end_session(session);
+            }
+        }
+    }
+
+    /// The lane a process tool's call goes to: the one its `process_id` names.
+    fn process_lane(&self, req: &CallRequest) -> Result<Lane, ToolError> {
+        let id = req
+            .args
+            .get("process_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let unknown = || {
+            ToolError::NotFound(format!(
+                "no process `{id}` in this session: process ids look like `net-3`, as run_command returned them in data.process_id; see process_list"
+            ))
+        };
+        let lane: Lane = toolyard_tools::process::lane_of(id)
+            .and_then(|l| l.parse().ok())
+            .ok_or_else(unknown)?;
+        if let Some(router) = &self.router
+            && router.is_lost(id)
+        {
+            return Err(ToolError::Unavailable(format!(
+                "process `{id}` is lost: the {lane} runner that held it stopped, and every process it ran was killed; start the command again"
+            )));
+        }
+        Ok(lane)
+    }
+
+    /// `process_list` in every lane whose runner runs, merged.
+    async fn list_everywhere(
+        &self,
+        router: &Router,
+        req: CallRequest,
+        call_id: String,
+    ) -> ToolResult {
+        let spec = self.spec("process_list");
+        let mut rows: Vec<Value> = Vec::new();
+        let mut text = String::new();
+        for lane in router.live_lanes().await {
+            let job = Job {
+                id: String::new(),
+                session: req.session.clone(),
+                call_id: call_id.clone(),
+                dialect: self.config.dialect.to_string(),
+                tool: req.tool.clone(),
+                args: req.args.clone(),
+                timeout_ms: spec.timeout_ms,
+                max_timeout_ms: spec.max_timeout_ms,
+                max_output_bytes: spec.max_output_bytes,
+            };
+            let r = router
+                .submit(lane, job, req.cancel.clone(), Arc::new(|_| {}))
+                .await;
+            if let Some(Value::Array(a)) = r.data.as_ref().and_then(|d| d.get("processes")) {
+                rows.extend(a.iter().cloned());
+                if !a.is_empty() {
+                    text.push_str(&r.output);
+                }
+            }
+        }
+        if rows.is_empty() {
+            text = "no processes in this session\n".into();
+        }
+        ToolResult::ok(text).with_data(serde_json::json!({ "processes": rows }))
+    }
+
     /// Run one call in its lane's runner, or inline.
     async fn execute(&self, entry: &DialectTool, req: CallRequest, call_id: String) -> ToolResult {
-        let spec = self.spec(entry.engine);
+        let mut spec = self.spec(entry.engine);
+        if let Some(router) = &self.router {
+            if entry.engine == "process_list" {
+                return self.list_everywhere(router, req, call_id).await;
+            }
+            if toolyard_tools::process::PROCESS_TOOLS.contains(&entry.engine) {
+                match self.process_lane(&req) {
+                    Ok(lane) => spec.lane = lane,
+                    Err(e) => return e.into(),
+                }
+            }
+        }
         if let (Some(router), false) = (&self.router, in_server(entry.engine)) {
             let job = Job {
                 id: String::new(),

@@ -282,6 +282,9 @@ fn make_writable(dir: &Path) {
     }
 }
 
+/// The environment variable through which the router gives a runner its first process number.
+pub const PROCESS_BASE_ENV: &str = "TOOLYARD_PROCESS_BASE";
+
 /// A line writer shared by every task.
 type Out = mpsc::UnboundedSender<FromRunner>;
 
@@ -426,6 +429,13 @@ async fn serve(
         }
     }
     let tools = Arc::new(tools);
+    // Process ids name the lane, so the dispatcher routes later calls here; a restarted
+    // runner continues the numbering its router gives it, so an old id is never reused.
+    let base = std::env::var(PROCESS_BASE_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    toolyard_tools::process::set_lane(lane.as_str(), base);
     let slots = Arc::new(Semaphore::new(slots.max(1)));
     let jobs: Arc<Mutex<HashMap<String, CancellationToken>>> = Arc::default();
     let _ = out.send(FromRunner::Ready {
@@ -472,8 +482,14 @@ async fn serve(
                 }
             }
             ToRunner::Reply { rid, result } => records.answer(rid, result).await,
+            ToRunner::EndSession { session } => {
+                let n = toolyard_tools::process::end_session(&session);
+                tracing::debug!(%session, killed = n, "session ended");
+            }
         }
     }
+    // Background processes end with the runner's router.
+    toolyard_tools::process::kill_all();
     // The router is gone: stop every job (their command trees die with their tokens).
     for token in jobs.lock().await.values() {
         token.cancel();

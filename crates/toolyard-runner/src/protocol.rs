@@ -3,6 +3,7 @@
 //! Router → runner (the runner's stdin):
 //! - `{"type":"job","id":"7","session":"s","call_id":"c7","dialect":"loopr","tool":"grep","args":{..},"timeout_ms":60000,"max_timeout_ms":600000,"max_output_bytes":100000}`
 //! - `{"type":"cancel","id":"7"}`
+//! - `{"type":"end_session","session":"s"}`: kill the session's background processes
 //! - `{"type":"reply","rid":3,"result":{"ok":7}}` or `{"type":"reply","rid":3,"result":{"err":{"StaleRead":{"path":"src/a.rs"}}}}`
 //!
 //! Runner → router (the runner's stdout):
@@ -26,6 +27,11 @@ pub enum ToRunner {
     Cancel {
         /// The job.
         id: String,
+    },
+    /// A session ended (its client disconnected): kill its background processes.
+    EndSession {
+        /// The session.
+        session: String,
     },
     /// The answer to a records request.
     Reply {

@@ -42,6 +42,9 @@ struct Pending {
     session: String,
 }
 
+/// Background process ids (issued by a runner, or lost with one).
+type IdSet = Arc<std::sync::Mutex<HashSet<String>>>;
+
 type PendingMap = Arc<std::sync::Mutex<HashMap<String, Pending>>>;
 
 /// One live runner process.
@@ -58,6 +61,8 @@ pub struct Router {
     records: Arc<dyn Records>,
     runners: Mutex<HashMap<Lane, Arc<RunnerConn>>>,
     next_job: AtomicU64,
+    /// Background process ids whose runner died (and killed them).
+    lost: IdSet,
 }
 
 impl Router {
@@ -68,7 +73,50 @@ impl Router {
             records,
             runners: Mutex::new(HashMap::new()),
             next_job: AtomicU64::new(1),
+            lost: Arc::default(),
         }
+    }
+
+    /// Whether background process `id` was lost with a runner that died.
+    pub fn is_lost(&self, id: &str) -> bool {
+        self.lost.lock().map(|l| l.contains(id)).unwrap_or(false)
+    }
+
+    /// The lanes whose runner is running.
+    pub async fn live_lanes(&self) -> Vec<Lane> {
+        let runners = self.runners.lock().await;
+        let mut v: Vec<Lane> = runners
+            .iter()
+            .filter(|(_, r)| r.alive.load(Ordering::SeqCst))
+            .map(|(l, _)| *l)
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Tell every runner that `session` ended, so they kill its background processes.
+    pub async fn end_session(&self, session: &str) {
+        let runners = self.runners.lock().await;
+        for r in runners.values() {
+            let _ = r.tx.send(ToRunner::EndSession {
+                session: session.to_string(),
+            });
+        }
+    }
+
+    /// The first process number for a new runner of `lane`: past every id handed out before.
+    fn process_base(&self, lane: Lane) -> u64 {
+        let prefix = format!("{}-", lane.as_str());
+        self.lost
+            .lock()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|id| id.strip_prefix(&prefix)?.parse::<u64>().ok())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+            + 1
     }
 
     /// The pid of the lane's runner, if one is running (for tests and `doctor`).
@@ -161,6 +209,10 @@ impl Router {
         if let Some(s) = &self.spawn.state_dir {
             cmd.arg("--state-dir").arg(s);
         }
+        cmd.env(
+            crate::process::PROCESS_BASE_ENV,
+            self.process_base(lane).to_string(),
+        );
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -214,6 +266,7 @@ impl Router {
         let (tx, rx) = mpsc::unbounded_channel();
         let pending: PendingMap = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
+        let issued: IdSet = Arc::default();
         tokio::spawn(write_jobs(stdin, rx));
         tokio::spawn(read_results(
             lines,
@@ -223,6 +276,7 @@ impl Router {
             alive.clone(),
             tx.clone(),
             self.records.clone(),
+            (issued.clone(), self.lost.clone()),
         ));
         Ok(RunnerConn {
             tx,
@@ -292,6 +346,7 @@ async fn read_results(
     alive: Arc<AtomicBool>,
     tx: mpsc::UnboundedSender<ToRunner>,
     records: Arc<dyn Records>,
+    (issued, lost): (IdSet, IdSet),
 ) {
     let begun: Arc<std::sync::Mutex<HashSet<i64>>> = Arc::default();
     while let Some(line) = lines.next_line().await {
@@ -304,6 +359,14 @@ async fn read_results(
         };
         match msg {
             FromRunner::Result { id, result } => {
+                let process = result
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("process_id"))
+                    .and_then(|v| v.as_str());
+                if let (Some(pid), Ok(mut set)) = (process, issued.lock()) {
+                    set.insert(pid.to_string());
+                }
                 if let Some(p) = take(&pending, &id) {
                     let _ = p.done.send(result);
                 }
@@ -349,6 +412,10 @@ async fn read_results(
     }
     // EOF: the runner is gone. Fail what was in flight, now.
     alive.store(false, Ordering::SeqCst);
+    // Its background processes died with it (their inits die with the runner's thread).
+    if let (Ok(mut from), Ok(mut to)) = (issued.lock(), lost.lock()) {
+        to.extend(from.drain());
+    }
     let status = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
     tracing::warn!(%lane, ?status, "a runner exited");
     let drained: Vec<Pending> = pending

@@ -43,6 +43,16 @@ pub struct RunCommandArgs {
     pub timeout_ms: Option<u64>,
     /// Working directory, relative to the workspace root (default: the root).
     pub cwd: Option<String>,
+    /// Start it and return at once (after at most `yield_ms`) with its output so far and
+    /// `data.process_id`; it keeps running: read it with process_output, stop it with
+    /// process_kill. `timeout_ms`, when given, still kills it.
+    pub background: Option<bool>,
+    /// Give it a pseudo-terminal (echo, line editing, ^C as a terminal has them), for REPLs
+    /// and programs that want a terminal; implies `yield_ms` (default 1000).
+    pub tty: Option<bool>,
+    /// Return after this many milliseconds if it is still running, with its output so far
+    /// and `data.process_id`, instead of killing it (default with `background`: 1000).
+    pub yield_ms: Option<u64>,
 }
 
 /// Arguments of `build`, `test` and `validate`.
@@ -58,12 +68,12 @@ pub struct ProjectCommandArgs {
 
 /// Everything the command tools share: the policy, the environment policy, project commands.
 pub struct CommandEnv {
-    env: Arc<ToolEnv>,
+    pub(crate) env: Arc<ToolEnv>,
     policy: CommandPolicy,
-    env_policy: EnvPolicy,
+    pub(crate) env_policy: EnvPolicy,
     project: ProjectConfig,
     /// The paths through which code runs outside the sandbox, checked around every command.
-    protected: Protected,
+    pub(crate) protected: Protected,
 }
 
 impl CommandEnv {
@@ -118,32 +128,8 @@ impl CommandEnv {
         cwd: Option<&str>,
         timeout_ms: Option<u64>,
     ) -> Result<ExecOutcome, ToolError> {
-        if command.trim().is_empty() {
-            return Err(ToolError::InvalidArguments(
-                "command is empty; give a shell command to run".into(),
-            ));
-        }
-        if let Decision::Block { rule, reason } = self.policy.check(command) {
-            return Err(ToolError::Blocked {
-                rule: format!("command policy rule `{rule}`"),
-                reason,
-            });
-        }
-        let ws = &self.env.workspace;
-        let dir = match cwd {
-            Some(c) => ws.locate(c, &ctx.cwd)?,
-            None => ws.locate(".", &ctx.cwd)?,
-        };
-        match ws.metadata(&dir)? {
-            Some(m) if m.is_dir() => {}
-            Some(_) => {
-                return Err(ToolError::InvalidArguments(format!(
-                    "cwd {dir} is a file, not a directory"
-                )));
-            }
-            None => return Err(ToolError::FileNotFound(dir.as_path().to_path_buf())),
-        }
-        let mut req = ExecRequest::new(command, ws.absolute(&dir));
+        let dir = self.admit(ctx, command, cwd)?;
+        let mut req = ExecRequest::new(command, dir);
         req.timeout = ctx.budget(timeout_ms);
         req.max_output_bytes = ctx.max_output_bytes;
         req.env = self.env_policy.clone();
@@ -188,6 +174,42 @@ impl CommandEnv {
             outcome.stderr.push('\n');
         }
         Ok(outcome)
+    }
+
+    /// Check `command` against the policy and resolve `cwd` (workspace-relative) to the
+    /// absolute directory it runs in.
+    pub(crate) fn admit(
+        &self,
+        ctx: &ToolContext,
+        command: &str,
+        cwd: Option<&str>,
+    ) -> Result<std::path::PathBuf, ToolError> {
+        if command.trim().is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "command is empty; give a shell command to run".into(),
+            ));
+        }
+        if let Decision::Block { rule, reason } = self.policy.check(command) {
+            return Err(ToolError::Blocked {
+                rule: format!("command policy rule `{rule}`"),
+                reason,
+            });
+        }
+        let ws = &self.env.workspace;
+        let dir = match cwd {
+            Some(c) => ws.locate(c, &ctx.cwd)?,
+            None => ws.locate(".", &ctx.cwd)?,
+        };
+        match ws.metadata(&dir)? {
+            Some(m) if m.is_dir() => {}
+            Some(_) => {
+                return Err(ToolError::InvalidArguments(format!(
+                    "cwd {dir} is a file, not a directory"
+                )));
+            }
+            None => return Err(ToolError::FileNotFound(dir.as_path().to_path_buf())),
+        }
+        Ok(ws.absolute(&dir))
     }
 
     /// The command `tool` (build / test / validate) runs when the call names none.
@@ -276,7 +298,7 @@ pub fn command_result(o: &ExecOutcome) -> ToolResult {
     }
 }
 
-fn sanitize(id: &str) -> String {
+pub(crate) fn sanitize(id: &str) -> String {
     id.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
@@ -320,6 +342,10 @@ impl TypedTool for RunCommand {
     }
 
     async fn run(&self, args: RunCommandArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        if args.background.unwrap_or(false) || args.tty.unwrap_or(false) || args.yield_ms.is_some()
+        {
+            return crate::process::run_started(&self.commands, ctx, args).await;
+        }
         self.commands
             .run(ctx, &args.command, args.cwd.as_deref(), args.timeout_ms)
             .await

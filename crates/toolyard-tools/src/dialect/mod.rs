@@ -114,6 +114,11 @@ fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
         "create_phase",
         "undo",
         "oracle",
+        "process_output",
+        "process_input",
+        "process_kill",
+        "process_list",
+        "shell",
     ];
     let engine = match (dialect, name) {
         (Dialect::Loom, "bash") | (Dialect::LoomPy, "shell_execute") => "run_command",
@@ -131,6 +136,7 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
     loopr.extend(crate::files::tools(env.clone()));
     loopr.extend(crate::search::tools(env.clone()));
     loopr.extend(crate::command::tools(commands.clone()));
+    loopr.extend(crate::process::tools(commands.clone()));
     loopr.extend(crate::web::tools(env.clone()));
     loopr.extend(crate::oracle::tools(env.clone()));
     loopr.extend(crate::task::tools(env.clone()));

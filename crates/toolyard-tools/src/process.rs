@@ -1,0 +1,850 @@
+//! Long-running and interactive commands: `run_command` with `background` / `yield_ms` / `tty`,
+//! `process_output`, `process_input`, `process_kill`, `process_list`, and `shell` (one
+//! persistent shell per session).
+//!
+//! The processes live in the runner of the lane that started them (the process id names the
+//! lane, e.g. `net-3`, so the dispatcher sends later calls there), inside its sandbox, each in
+//! its own PID namespace; the runner checks that an id belongs to the calling session.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use toolyard_core::shape::HeadTail;
+use toolyard_core::{
+    Annotations, Progress, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+};
+use toolyard_exec::background::{BgProcess, BgSpawn, Ended, ProcessTable, ProcessesConfig, Taken};
+
+use crate::command::{CommandEnv, RunCommandArgs, sanitize};
+
+/// Default `yield_ms` of a background start.
+const DEFAULT_YIELD: Duration = Duration::from_millis(1000);
+/// Default `wait_ms` of `process_input`.
+const DEFAULT_INPUT_WAIT: Duration = Duration::from_millis(1000);
+/// Once output arrives, how long a quiet spell ends the wait (a REPL's answer and prompt).
+const SETTLE: Duration = Duration::from_millis(150);
+/// The engines of the process tools: they run in the runner named by their `process_id`.
+pub const PROCESS_TOOLS: &[&str] = &["process_output", "process_input", "process_kill"];
+
+static TABLE: OnceLock<ProcessTable> = OnceLock::new();
+static LANE: OnceLock<(String, u64)> = OnceLock::new();
+
+/// Name this process's background processes `{lane}-{n}`, n counting from `first` (a runner
+/// calls this once, before any tool runs; in-process servers use `local`).
+pub fn set_lane(lane: &str, first: u64) {
+    let _ = LANE.set((lane.to_string(), first));
+}
+
+/// The lane a process id names (`net-3` → `net`), if it looks like one.
+pub fn lane_of(process_id: &str) -> Option<&str> {
+    process_id
+        .rsplit_once('-')
+        .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .map(|(lane, _)| lane)
+}
+
+fn table(commands: &CommandEnv) -> &'static ProcessTable {
+    TABLE.get_or_init(|| {
+        let limits: ProcessesConfig = commands
+            .env
+            .catalog
+            .section("processes")
+            .unwrap_or_default();
+        let (lane, first) = LANE.get().cloned().unwrap_or_else(|| ("local".into(), 1));
+        ProcessTable::new(&lane, first, limits)
+    })
+}
+
+/// Kill every process of `session` (its connection closed); how many were running.
+pub fn end_session(session: &str) -> usize {
+    lock(shells()).remove(session);
+    TABLE.get().map_or(0, |t| t.end_session(session))
+}
+
+/// Kill every process (the runner is shutting down).
+pub fn kill_all() {
+    if let Some(t) = TABLE.get() {
+        t.kill_all();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Start a command as a process that may outlive the call (`background`, `yield_ms`, `tty`).
+pub(crate) async fn run_started(
+    commands: &CommandEnv,
+    ctx: &ToolContext,
+    args: RunCommandArgs,
+) -> Result<ToolResult, ToolError> {
+    let background = args.background.unwrap_or(false);
+    let dir = commands.admit(ctx, &args.command, args.cwd.as_deref())?;
+    let yield_for = args
+        .yield_ms
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_YIELD)
+        .min(ctx.max_timeout);
+    let proc = spawn(
+        commands,
+        ctx,
+        &args.command,
+        dir,
+        args.tty.unwrap_or(false),
+        args.timeout_ms.map(Duration::from_millis),
+    )
+    .await?;
+    let tick = progress_tick(ctx, &proc.id);
+    // Wait for the end or the yield; a background start does not wait for output to settle.
+    wait_end(&proc, yield_for, &tick, &ctx.cancel).await;
+    let taken = proc.take();
+    if let Some(ended) = &taken.ended {
+        table(commands).remove(&proc.id);
+        return Ok(ended_result(&proc, &taken, ended, ctx.max_output_bytes));
+    }
+    let mut text = format!(
+        "process {} is running ({}); it keeps running after this call\n",
+        proc.id,
+        if background {
+            "started in the background"
+        } else {
+            "still running after yield_ms"
+        }
+    );
+    push_output(&mut text, &taken, ctx.max_output_bytes, "output so far");
+    let _ = writeln!(
+        text,
+        "read its output with process_output {{\"process_id\": \"{id}\"}}, send it input with process_input, stop it with process_kill",
+        id = proc.id
+    );
+    Ok(ToolResult::ok(text).with_data(process_data(&proc, &taken)))
+}
+
+/// Wait until `proc` ends or `wait` passes.
+async fn wait_end(
+    proc: &BgProcess,
+    wait: Duration,
+    tick: &(dyn Fn(Duration) + Sync),
+    cancel: &tokio_util::sync::CancellationToken,
+) {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let now = tokio::time::Instant::now();
+        if proc.ended().is_some() || now >= deadline {
+            return;
+        }
+        tokio::select! {
+            _ = proc.wait_output(deadline - now, deadline - now, tick) => {}
+            _ = cancel.cancelled() => return,
+        }
+    }
+}
+
+/// Spawn a process of this session, with the protected paths restored when it ends.
+async fn spawn(
+    commands: &CommandEnv,
+    ctx: &ToolContext,
+    command: &str,
+    dir: std::path::PathBuf,
+    tty: bool,
+    timeout: Option<Duration>,
+) -> Result<Arc<BgProcess>, ToolError> {
+    let protected = commands.protected.clone();
+    let before = tokio::task::spawn_blocking(move || protected.snapshot())
+        .await
+        .map_err(|e| ToolError::Io(format!("checking the protected paths: {e}")))?;
+    let quarantine = commands.env.state.quarantine_dir();
+    let on_end: Box<dyn FnOnce() + Send> = Box::new(move || {
+        let undone = before.restore(&quarantine);
+        if !undone.is_empty() {
+            tracing::warn!(
+                changes = undone.len(),
+                "a background process changed protected paths; undone"
+            );
+        }
+    });
+    let log = commands
+        .env
+        .state
+        .outputs_dir()
+        .join(format!("{}-process.log", sanitize(&ctx.call_id)));
+    table(commands).spawn(BgSpawn {
+        command: command.to_string(),
+        cwd: dir,
+        env: commands.env_policy.clone(),
+        tty,
+        session: ctx.session_id.clone(),
+        log: Some(log),
+        timeout,
+        on_end: Some(on_end),
+    })
+}
+
+fn progress_tick(ctx: &ToolContext, id: &str) -> impl Fn(Duration) + Sync + use<> {
+    let progress = ctx.progress.clone();
+    let id = id.to_string();
+    move |waited: Duration| {
+        progress(Progress {
+            progress: waited.as_secs_f64(),
+            total: None,
+            message: Some(format!(
+                "waiting for process {id}: {:.0} s",
+                waited.as_secs_f64()
+            )),
+        })
+    }
+}
+
+/// Append the taken output, head and tail within `limit`, to `text`.
+fn push_output(text: &mut String, taken: &Taken, limit: usize, label: &str) {
+    if taken.dropped > 0 {
+        let _ = writeln!(
+            text,
+            "({} bytes of older output were dropped from the buffer{})",
+            taken.dropped,
+            taken
+                .log
+                .as_ref()
+                .map(|p| format!("; all of it is in {}", p.display()))
+                .unwrap_or_default()
+        );
+    }
+    if taken.bytes.is_empty() {
+        let _ = writeln!(text, "(no new output)");
+        return;
+    }
+    let mut ht = HeadTail::new(limit);
+    ht.push(&taken.bytes);
+    let hint = taken
+        .log
+        .as_ref()
+        .map(|p| format!("full output in {}", p.display()));
+    let shaped = ht.finish(hint.as_deref());
+    let _ = writeln!(text, "--- {label} ---");
+    text.push_str(&shaped.text);
+    if !shaped.text.ends_with('\n') {
+        text.push('\n');
+    }
+}
+
+fn status_text(proc: &BgProcess, ended: Option<&Ended>) -> String {
+    match ended {
+        Some(e) => format!("process {} {}", proc.id, e.describe()),
+        None => format!(
+            "process {} is running ({} s)",
+            proc.id,
+            proc.age().as_secs()
+        ),
+    }
+}
+
+fn process_data(proc: &BgProcess, taken: &Taken) -> serde_json::Value {
+    json!({
+        "process_id": proc.id,
+        "running": taken.ended.is_none(),
+        "exit_code": taken.ended.as_ref().and_then(|e| e.exit_code),
+        "signal": taken.ended.as_ref().and_then(|e| e.signal.clone()),
+        "killed": taken.ended.as_ref().is_some_and(|e| e.killed),
+        "timed_out": taken.ended.as_ref().is_some_and(|e| e.timed_out),
+        "new_bytes": taken.bytes.len(),
+        "dropped_bytes": taken.dropped,
+        "output_bytes": taken.total,
+        "tty": proc.tty,
+        "full_output": taken.log,
+    })
+}
+
+/// The result for a process that ended within the call: like a finished command's.
+fn ended_result(proc: &BgProcess, taken: &Taken, ended: &Ended, limit: usize) -> ToolResult {
+    let mut text = format!("{}\n", status_text(proc, Some(ended)));
+    push_output(&mut text, taken, limit, "output");
+    let mut data = process_data(proc, taken);
+    data["process_id"] = serde_json::Value::Null;
+    let ok = ended.exit_code == Some(0) && !ended.killed && !ended.timed_out;
+    if ok {
+        ToolResult::ok(text).with_data(data)
+    } else {
+        ToolResult {
+            success: false,
+            output: text,
+            data: Some(data),
+            files_changed: Vec::new(),
+            error: Some(format!("the command {}", ended.describe())),
+            error_kind: Some(
+                if ended.timed_out {
+                    "timeout"
+                } else {
+                    "command_failed"
+                }
+                .into(),
+            ),
+        }
+    }
+}
+
+/// The result of a read of a process (output, input, kill): status, new output, data.
+fn read_result(
+    commands: &CommandEnv,
+    proc: &BgProcess,
+    limit: usize,
+    note: Option<String>,
+) -> ToolResult {
+    let taken = proc.take();
+    let mut text = String::new();
+    if let Some(n) = note {
+        text.push_str(&n);
+        text.push('\n');
+    }
+    let _ = writeln!(text, "{}", status_text(proc, taken.ended.as_ref()));
+    push_output(&mut text, &taken, limit, "output since the last read");
+    if taken.ended.is_some() {
+        // Its last output is read: the id is free.
+        table(commands).remove(&proc.id);
+    }
+    ToolResult::ok(text).with_data(process_data(proc, &taken))
+}
+
+/// Arguments of `process_output`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessOutputArgs {
+    /// The process, as run_command returned it in `data.process_id` (e.g. `net-3`).
+    pub process_id: String,
+    /// Wait up to this many milliseconds for new output or the end (default 0: do not wait).
+    pub wait_ms: Option<u64>,
+}
+
+/// Arguments of `process_input`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessInputArgs {
+    /// The process.
+    pub process_id: String,
+    /// The text to write to its input, as typed (end a line with `\n`; on a tty `\u0003` is ^C
+    /// and `\u0004` is ^D).
+    #[serde(default)]
+    pub text: String,
+    /// Then close its input (end of file), for a process on pipes.
+    pub eof: Option<bool>,
+    /// Wait up to this many milliseconds for what it prints in answer (default 1000).
+    pub wait_ms: Option<u64>,
+}
+
+/// Arguments of `process_kill`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessKillArgs {
+    /// The process.
+    pub process_id: String,
+    /// A signal to send instead of killing the whole tree: SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+    /// SIGUSR1, SIGUSR2 (default: SIGKILL to every process of its tree).
+    pub signal: Option<String>,
+}
+
+/// Arguments of `process_list`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessListArgs {}
+
+/// Arguments of `shell`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShellArgs {
+    /// The command, run in this session's persistent shell (cd, variables and functions
+    /// persist between calls).
+    pub command: Option<String>,
+    /// Time limit in milliseconds: past it the command is interrupted (^C) and the shell
+    /// stays usable (default and ceiling from the catalog).
+    #[schemars(range(min = 1))]
+    pub timeout_ms: Option<u64>,
+    /// Start a fresh shell first (the old one and everything it ran is killed).
+    pub restart: Option<bool>,
+}
+
+fn signal_number(name: &str) -> Result<i32, ToolError> {
+    let n = name.trim().to_ascii_uppercase();
+    let n = n.strip_prefix("SIG").unwrap_or(&n);
+    Ok(match n {
+        "KILL" | "9" => libc::SIGKILL,
+        "INT" | "2" => libc::SIGINT,
+        "TERM" | "15" => libc::SIGTERM,
+        "HUP" | "1" => libc::SIGHUP,
+        "QUIT" | "3" => libc::SIGQUIT,
+        "USR1" | "10" => libc::SIGUSR1,
+        "USR2" | "12" => libc::SIGUSR2,
+        _ => {
+            return Err(ToolError::InvalidArguments(format!(
+                "signal `{name}` is not one process_kill sends; use SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, or omit it to kill the whole tree"
+            )));
+        }
+    })
+}
+
+/// `process_output`, `process_input`, `process_kill`, `process_list`.
+pub struct ProcessTool {
+    name: &'static str,
+    commands: Arc<CommandEnv>,
+}
+
+struct OutputTool(ProcessTool);
+struct InputTool(ProcessTool);
+struct KillTool(ProcessTool);
+struct ListTool(ProcessTool);
+
+#[async_trait]
+impl TypedTool for OutputTool {
+    type Args = ProcessOutputArgs;
+    fn name(&self) -> &str {
+        self.0.name
+    }
+    fn description(&self) -> &str {
+        "Read a process started with run_command background/yield_ms: the output since the last read (head and tail; the full output is in a file), whether it still runs, its exit status once ended. wait_ms waits for new output or the end."
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations::READ_ONLY
+    }
+    async fn run(
+        &self,
+        args: ProcessOutputArgs,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, ToolError> {
+        let commands = &self.0.commands;
+        let proc = table(commands).get(&ctx.session_id, &args.process_id)?;
+        let wait = Duration::from_millis(args.wait_ms.unwrap_or(0)).min(ctx.max_timeout);
+        if !wait.is_zero() {
+            let tick = progress_tick(ctx, &proc.id);
+            tokio::select! {
+                _ = proc.wait_output(wait, SETTLE, &tick) => {}
+                _ = ctx.cancel.cancelled() => {}
+            }
+        }
+        Ok(read_result(commands, &proc, ctx.max_output_bytes, None))
+    }
+}
+
+#[async_trait]
+impl TypedTool for InputTool {
+    type Args = ProcessInputArgs;
+    fn name(&self) -> &str {
+        self.0.name
+    }
+    fn description(&self) -> &str {
+        "Write text to the input of a running process (started with run_command background/yield_ms/tty) and return what it prints within wait_ms. On a tty, \\u0003 is ^C and \\u0004 is ^D; on pipes, eof: true closes its input."
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations::COMMAND
+    }
+    async fn run(
+        &self,
+        args: ProcessInputArgs,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, ToolError> {
+        let commands = &self.0.commands;
+        let proc = table(commands).get(&ctx.session_id, &args.process_id)?;
+        // Output it printed before this input is not its answer: keep it, shown first.
+        let earlier = proc.take();
+        if !args.text.is_empty() {
+            proc.write(args.text.as_bytes()).await?;
+        }
+        if args.eof.unwrap_or(false) {
+            proc.close_input();
+        }
+        let wait = args
+            .wait_ms
+            .map(Duration::from_millis)
+            .unwrap_or(DEFAULT_INPUT_WAIT)
+            .min(ctx.max_timeout);
+        let tick = progress_tick(ctx, &proc.id);
+        tokio::select! {
+            _ = proc.wait_output(wait, SETTLE, &tick) => {}
+            _ = ctx.cancel.cancelled() => {}
+        }
+        let note = (!earlier.bytes.is_empty()).then(|| {
+            let mut t = String::new();
+            push_output(
+                &mut t,
+                &earlier,
+                ctx.max_output_bytes / 2,
+                "output before this input",
+            );
+            t.trim_end().to_string()
+        });
+        Ok(read_result(commands, &proc, ctx.max_output_bytes, note))
+    }
+}
+
+#[async_trait]
+impl TypedTool for KillTool {
+    type Args = ProcessKillArgs;
+    fn name(&self) -> &str {
+        self.0.name
+    }
+    fn description(&self) -> &str {
+        "Stop a process started with run_command background/yield_ms: by default kill it and every process it started (its whole tree); or send one signal (SIGINT, SIGTERM, ...). Returns its last output."
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations::MUTATING
+    }
+    async fn run(&self, args: ProcessKillArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let commands = &self.0.commands;
+        let proc = table(commands).get(&ctx.session_id, &args.process_id)?;
+        let sig = match &args.signal {
+            Some(s) => signal_number(s)?,
+            None => libc::SIGKILL,
+        };
+        let was_running = proc.ended().is_none();
+        proc.signal(sig)?;
+        let tick = progress_tick(ctx, &proc.id);
+        let wait = if sig == libc::SIGKILL {
+            Duration::from_secs(5)
+        } else {
+            Duration::from_millis(500)
+        };
+        wait_end(&proc, wait, &tick, &ctx.cancel).await;
+        let note = match (&args.signal, was_running) {
+            (_, false) => "it had already ended".to_string(),
+            (None, true) => "killed it and its whole process tree".to_string(),
+            (Some(s), true) => format!("sent {s}"),
+        };
+        Ok(read_result(
+            commands,
+            &proc,
+            ctx.max_output_bytes,
+            Some(note),
+        ))
+    }
+}
+
+#[async_trait]
+impl TypedTool for ListTool {
+    type Args = ProcessListArgs;
+    fn name(&self) -> &str {
+        self.0.name
+    }
+    fn description(&self) -> &str {
+        "List this session's processes (started with run_command background/yield_ms/tty, and the shell): id, command, age, status, output size."
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations::READ_ONLY
+    }
+    async fn run(
+        &self,
+        _args: ProcessListArgs,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, ToolError> {
+        Ok(list_result(&table(&self.0.commands).list(&ctx.session_id)))
+    }
+}
+
+/// The `process_list` result of `procs`.
+fn list_result(procs: &[Arc<BgProcess>]) -> ToolResult {
+    let rows: Vec<_> = procs
+        .iter()
+        .map(|p| {
+            let i = p.info();
+            json!({
+                "process_id": i.id,
+                "command": i.command,
+                "age_s": i.age.as_secs(),
+                "running": i.ended.is_none(),
+                "status": i.ended.as_ref().map_or("running".to_string(), Ended::describe),
+                "output_bytes": i.output_bytes,
+                "tty": i.tty,
+            })
+        })
+        .collect();
+    let mut text = String::new();
+    if rows.is_empty() {
+        text.push_str("no processes in this session\n");
+    }
+    for r in &rows {
+        let _ = writeln!(
+            text,
+            "{}  {}  {} s  {} bytes  {}",
+            r["process_id"].as_str().unwrap_or(""),
+            r["status"].as_str().unwrap_or(""),
+            r["age_s"],
+            r["output_bytes"],
+            r["command"].as_str().unwrap_or("")
+        );
+    }
+    ToolResult::ok(text).with_data(json!({ "processes": rows }))
+}
+
+// ---- shell ----
+
+/// The persistent shell of each session (in this runner).
+fn shells() -> &'static Mutex<HashMap<String, Arc<BgProcess>>> {
+    static SHELLS: OnceLock<Mutex<HashMap<String, Arc<BgProcess>>>> = OnceLock::new();
+    SHELLS.get_or_init(Mutex::default)
+}
+
+/// `shell`: one persistent shell per session.
+pub struct ShellTool {
+    commands: Arc<CommandEnv>,
+}
+
+/// The shell program: bash when present, else sh.
+fn shell_command() -> &'static str {
+    if std::path::Path::new("/bin/bash").exists() {
+        // A handler (not an ignore, which children would inherit) keeps the shell alive when
+        // an interrupt ends the command it runs.
+        "exec /bin/bash --noprofile --norc"
+    } else {
+        "exec /bin/sh"
+    }
+}
+
+impl ShellTool {
+    async fn session_shell(
+        &self,
+        ctx: &ToolContext,
+        restart: bool,
+    ) -> Result<(Arc<BgProcess>, Option<String>), ToolError> {
+        let existing = lock(shells()).get(&ctx.session_id).cloned();
+        let mut note = None;
+        if let Some(sh) = existing {
+            if restart {
+                sh.kill();
+                table(&self.commands).remove(&sh.id);
+                note = Some("the shell was restarted: a fresh one, nothing kept".to_string());
+            } else if sh.ended().is_none() {
+                return Ok((sh, None));
+            } else {
+                table(&self.commands).remove(&sh.id);
+                note = Some(
+                    "the session's shell had ended; this is a fresh one (cd, variables and functions were lost)"
+                        .to_string(),
+                );
+            }
+        } else if restart {
+            note = Some("started a fresh shell".to_string());
+        }
+        let dir = self.commands.admit(ctx, shell_command(), None)?;
+        let sh = spawn(&self.commands, ctx, shell_command(), dir, false, None).await?;
+        sh.write(b"trap ':' INT\n").await?;
+        lock(shells()).insert(ctx.session_id.clone(), sh.clone());
+        Ok((sh, note))
+    }
+}
+
+#[async_trait]
+impl TypedTool for ShellTool {
+    type Args = ShellArgs;
+    fn name(&self) -> &str {
+        "shell"
+    }
+    fn description(&self) -> &str {
+        "Run a command in this session's persistent shell (bash if present, else sh): cd, exported variables and functions persist between calls. A command past its timeout is interrupted and the shell stays usable; restart: true starts a fresh shell. stdin is /dev/null; for interactive programs use run_command with tty."
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations::COMMAND
+    }
+    async fn run(&self, args: ShellArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let command = args.command.unwrap_or_default();
+        let restart = args.restart.unwrap_or(false);
+        if command.trim().is_empty() && !restart {
+            return Err(ToolError::InvalidArguments(
+                "command is empty; give a shell command, or restart: true".into(),
+            ));
+        }
+        if !command.trim().is_empty() {
+            // The policy first: a refused command never reaches the shell.
+            self.commands.admit(ctx, &command, None)?;
+        }
+        let (sh, note) = self.session_shell(ctx, restart).await?;
+        if command.trim().is_empty() {
+            return Ok(ToolResult::ok(note.unwrap_or_default())
+                .with_data(json!({"process_id": sh.id, "restarted": true})));
+        }
+        let protected = self.commands.protected.clone();
+        let before = tokio::task::spawn_blocking(move || protected.snapshot())
+            .await
+            .map_err(|e| ToolError::Io(format!("checking the protected paths: {e}")))?;
+        let result = run_in_shell(&sh, &command, ctx, args.timeout_ms, note).await;
+        let quarantine = self.commands.env.state.quarantine_dir();
+        let undone = tokio::task::spawn_blocking(move || before.restore(&quarantine))
+            .await
+            .map_err(|e| ToolError::Io(format!("restoring the protected paths: {e}")))?;
+        let mut result = result?;
+        if !undone.is_empty() {
+            result
+                .output
+                .push_str(&toolyard_exec::protect::describe(&undone));
+            result.output.push('\n');
+        }
+        if sh.ended().is_some() {
+            lock(shells()).remove(&ctx.session_id);
+            table(&self.commands).remove(&sh.id);
+        }
+        Ok(result)
+    }
+}
+
+async fn run_in_shell(
+    sh: &BgProcess,
+    command: &str,
+    ctx: &ToolContext,
+    timeout_ms: Option<u64>,
+    note: Option<String>,
+) -> Result<ToolResult, ToolError> {
+    let _ = sh.take();
+    let marker = format!("__TOOLYARD_DONE_{}__", uuid_like());
+    let script =
+        format!("{{ {command}\n}} </dev/null 2>&1\nprintf '\\n%s %d\\n' '{marker}' \"$?\"\n");
+    sh.write(script.as_bytes()).await?;
+    let timeout = ctx.budget(timeout_ms);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut out = HeadTail::new(ctx.max_output_bytes);
+    let mut recent: Vec<u8> = Vec::new();
+    let mut interrupted = false;
+    let tick = progress_tick(ctx, &sh.id);
+    let code: Option<i32> = loop {
+        let now = tokio::time::Instant::now();
+        if now >= deadline && !interrupted {
+            interrupted = true;
+            sh.signal(libc::SIGINT)?;
+        }
+        let wait = if interrupted {
+            Duration::from_secs(3)
+        } else {
+            deadline - now
+        };
+        tokio::select! {
+            _ = sh.wait_output(wait, Duration::from_millis(20), &tick) => {}
+            _ = ctx.cancel.cancelled() => {
+                let _ = sh.signal(libc::SIGINT);
+                return Err(ToolError::Cancelled);
+            }
+        }
+        let taken = sh.take();
+        out.push(&taken.bytes);
+        recent.extend_from_slice(&taken.bytes);
+        if let Some(code) = find_marker(&recent, &marker) {
+            break Some(code);
+        }
+        if recent.len() > 4096 {
+            recent.drain(..recent.len() - 4096);
+        }
+        if taken.ended.is_some() {
+            break None;
+        }
+        if interrupted && tokio::time::Instant::now() >= deadline + Duration::from_secs(3) {
+            // It ignores ^C: the shell cannot get its prompt back.
+            sh.kill();
+            break None;
+        }
+    };
+    let shaped = out.finish(None);
+    let body = strip_marker(&shaped.text, &marker);
+    let mut text = String::new();
+    if let Some(n) = note {
+        text.push_str(&n);
+        text.push('\n');
+    }
+    if interrupted {
+        let _ = writeln!(
+            text,
+            "interrupted (^C) after {} ms, its time limit; the shell is {}",
+            timeout.as_millis(),
+            if code.is_some() {
+                "still usable, with its state kept"
+            } else {
+                "gone; the next call starts a fresh one"
+            }
+        );
+    } else if let Some(c) = code {
+        let _ = writeln!(text, "exit code: {c}");
+    } else {
+        let _ = writeln!(
+            text,
+            "the shell exited; the next call starts a fresh one (cd, variables and functions are lost)"
+        );
+    }
+    if body.trim().is_empty() {
+        text.push_str("(no output)\n");
+    } else {
+        text.push_str(body.trim_start_matches('\n'));
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    let data = json!({"exit_code": code, "timed_out": interrupted, "process_id": sh.id});
+    if code == Some(0) && !interrupted {
+        Ok(ToolResult::ok(text).with_data(data))
+    } else {
+        Ok(ToolResult {
+            success: false,
+            output: text,
+            data: Some(data),
+            files_changed: Vec::new(),
+            error: Some(if interrupted {
+                format!(
+                    "the command timed out after {} ms and was interrupted",
+                    timeout.as_millis()
+                )
+            } else if let Some(c) = code {
+                format!("the command exited with code {c}")
+            } else {
+                "the shell exited".to_string()
+            }),
+            error_kind: Some(
+                if interrupted {
+                    "timeout"
+                } else {
+                    "command_failed"
+                }
+                .into(),
+            ),
+        })
+    }
+}
+
+fn uuid_like() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{:x}{:x}{n}", std::process::id(), t)
+}
+
+fn find_marker(recent: &[u8], marker: &str) -> Option<i32> {
+    let text = String::from_utf8_lossy(recent);
+    let at = text.rfind(marker)?;
+    let rest = &text[at + marker.len()..];
+    let line = rest.split_once('\n')?.0;
+    line.trim().parse().ok()
+}
+
+fn strip_marker<'a>(text: &'a str, marker: &str) -> &'a str {
+    match text.rfind(marker) {
+        // The marker is printed after a newline of its own.
+        Some(at) => text[..at].strip_suffix('\n').unwrap_or(&text[..at]),
+        None => text,
+    }
+}
+
+/// The process tools and `shell`, sharing `commands`.
+pub fn tools(commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>> {
+    let p = |name| ProcessTool {
+        name,
+        commands: commands.clone(),
+    };
+    vec![
+        Arc::new(Typed(OutputTool(p("process_output")))),
+        Arc::new(Typed(InputTool(p("process_input")))),
+        Arc::new(Typed(KillTool(p("process_kill")))),
+        Arc::new(Typed(ListTool(p("process_list")))),
+        Arc::new(Typed(ShellTool {
+            commands: commands.clone(),
+        })),
+    ]
+}
