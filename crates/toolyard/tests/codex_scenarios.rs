@@ -193,3 +193,57 @@ fn every_codex_scenario_leaves_the_expected_workspace() {
         failed.join("\n")
     );
 }
+
+#[test]
+fn the_openai_export_carries_the_freeform_apply_patch_with_its_lark_grammar() {
+    let t = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+        .args(["tools", "--dialect", "codex", "--format", "openai", "-w"])
+        .arg(t.path())
+        .env("TOOLYARD_STATE_DIR", t.path().join("state"))
+        .env("HOME", t.path().join("home"))
+        .output()
+        .expect("the toolyard binary runs");
+    let tools: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tools = tools.as_array().unwrap();
+    let named: Vec<&Value> = tools
+        .iter()
+        .filter(|t| t["custom"]["name"] == "apply_patch" || t["function"]["name"] == "apply_patch")
+        .collect();
+    // One tool per name: the API refuses two tools named alike.
+    assert_eq!(named.len(), 1, "{named:?}");
+    let tool = named[0];
+    assert_eq!(tool["type"], "custom", "{tool}");
+    let format = &tool["custom"]["format"];
+    assert_eq!(format["type"], "grammar", "{tool}");
+    assert_eq!(format["grammar"]["syntax"], "lark", "{tool}");
+    let lark = format["grammar"]["definition"].as_str().unwrap();
+    assert!(
+        lark.starts_with("start: begin_patch hunk+ end_patch\n"),
+        "{lark}"
+    );
+    assert!(lark.contains("eof_line: \"*** End of File\" LF"), "{lark}");
+    assert!(
+        tool["custom"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("FREEFORM tool, so do not wrap the patch in JSON"),
+        "{tool}"
+    );
+    // Over MCP (and in the other exports) it stays the JSON form {input}.
+    let out = Command::new(env!("CARGO_BIN_EXE_toolyard"))
+        .args(["tools", "--dialect", "codex", "--format", "mcp", "-w"])
+        .arg(t.path())
+        .env("TOOLYARD_STATE_DIR", t.path().join("state"))
+        .env("HOME", t.path().join("home"))
+        .output()
+        .expect("the toolyard binary runs");
+    let tools: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mcp = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "apply_patch")
+        .unwrap();
+    assert_eq!(mcp["inputSchema"]["required"], json!(["input"]), "{mcp}");
+}

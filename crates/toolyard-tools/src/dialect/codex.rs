@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{
+    Annotations, Freeform, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+};
 
 use crate::ToolEnv;
 use crate::patch;
@@ -116,6 +118,14 @@ impl TypedTool for ApplyPatch {
 
     fn annotations(&self) -> Annotations {
         Annotations::MUTATING
+    }
+
+    fn freeform(&self) -> Option<Freeform> {
+        Some(Freeform {
+            description: APPLY_PATCH_FREEFORM_DESCRIPTION.into(),
+            syntax: "lark".into(),
+            definition: APPLY_PATCH_LARK.into(),
+        })
     }
 
     async fn run(&self, args: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
