@@ -421,12 +421,12 @@ fn nearest(path: &str, lines: &[String], pattern: &[String]) -> String {
         );
     }
     let end = (best.1 + span).min(lines.len());
-    format!(
-        "The nearest lines in {path} are {}-{}:\n{}",
-        best.1 + 1,
-        end,
-        numbered(lines, best.1, span)
-    )
+    let which = if end == best.1 + 1 {
+        format!("The nearest line in {path} is line {end}")
+    } else {
+        format!("The nearest lines in {path} are {}-{end}", best.1 + 1)
+    };
+    format!("{which}:\n{}", numbered(lines, best.1, span))
 }
 
 fn ambiguous(path: &str, what: &str, shown: &str, pass: Pass, hits: &[usize]) -> ToolError {

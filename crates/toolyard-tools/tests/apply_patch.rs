@@ -365,3 +365,18 @@ fn chunks_must_follow_file_order_and_end_of_file_anchors_at_the_end() {
     .to_string();
     assert!(e.contains("searched from line 4 on"), "{e}");
 }
+
+#[tokio::test]
+async fn a_one_line_miss_names_the_nearest_line() {
+    let f = Fixture::new(&[("x.json", "{\"a\":1}\n")]);
+    let e = err_text(
+        f.patch(
+            "*** Begin Patch\n*** Update File: x.json\n@@\n-{\"a\": 1}\n+{\"a\": 2}\n*** End Patch",
+        )
+        .await,
+    );
+    assert!(
+        e.contains("The nearest line in x.json is line 1:\n     1|{\"a\":1}"),
+        "{e}"
+    );
+}

@@ -41,8 +41,7 @@ eof_line: "*** End of File" LF
 /// The description of Codex's freeform `apply_patch`.
 pub const APPLY_PATCH_FREEFORM_DESCRIPTION: &str = "Use the `apply_patch` tool to edit files. This is a FREEFORM tool, so do not wrap the patch in JSON.";
 
-const DESCRIPTION: &str = r#"Use the `apply_patch` tool to edit files.
-Your patch language is a stripped-down, file-oriented diff format designed to be easy to parse and safe to apply. You can think of it as a high-level envelope:
+const DESCRIPTION: &str = r#"Use the `apply_patch` tool to edit files. Your patch language is a stripped-down, file-oriented diff format designed to be easy to parse and safe to apply. You can think of it as a high-level envelope:
 
 *** Begin Patch
 [ one or more file sections ]
