@@ -48,7 +48,9 @@ pub use catalog::{
 pub use error::ToolError;
 pub use registry::{Registry, RegistryError, unknown_tool};
 pub use result::ToolResult;
-pub use schema::{SchemaFormat, ToolDefinition, export, result_envelope_schema, schema_of};
+pub use schema::{
+    Freeform, SchemaFormat, ToolDefinition, export, result_envelope_schema, schema_of,
+};
 pub use tool::{
     Annotations, Progress, ProgressSink, Tool, ToolContext, Typed, TypedTool, parse_args,
 };

@@ -89,6 +89,21 @@ pub struct ToolDefinition {
     pub result_is_data: bool,
     /// Behaviour hints.
     pub annotations: Annotations,
+    /// The tool's grammar-constrained raw-text form, for the APIs that have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub freeform: Option<Freeform>,
+}
+
+/// A freeform (raw text, grammar-constrained) form of a tool: OpenAI's custom tools. The model
+/// writes the text itself; a client passes it on as the tool's single string argument.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Freeform {
+    /// The description the model sees in this form.
+    pub description: String,
+    /// The grammar's syntax (`lark` or `regex`).
+    pub syntax: String,
+    /// The grammar.
+    pub definition: String,
 }
 
 /// The schema of the structured form of every result that is not its own data: the text for the
@@ -141,6 +156,7 @@ impl ToolDefinition {
             }),
             result_is_data,
             annotations: tool.annotations(),
+            freeform: tool.freeform(),
         }
     }
 
@@ -167,8 +183,23 @@ impl ToolDefinition {
         self
     }
 
-    /// OpenAI function-tool form (`{"type":"function","function":{...}}`).
+    /// OpenAI form: a function tool (`{"type":"function","function":{...}}`), or the custom
+    /// tool with its grammar when the tool has a freeform form (one entry per name: the API
+    /// refuses two tools of the same name).
     pub fn to_openai(&self) -> Value {
+        if let Some(f) = &self.freeform {
+            return json!({
+                "type": "custom",
+                "custom": {
+                    "name": self.name,
+                    "description": f.description,
+                    "format": {
+                        "type": "grammar",
+                        "grammar": {"syntax": f.syntax, "definition": f.definition}
+                    }
+                }
+            });
+        }
         json!({
             "type": "function",
             "function": {

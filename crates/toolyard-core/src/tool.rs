@@ -185,6 +185,10 @@ pub trait Tool: Send + Sync {
     fn needs(&self) -> Option<String> {
         None
     }
+    /// The tool's freeform form (raw text under a grammar), for exports that can carry it.
+    fn freeform(&self) -> Option<crate::schema::Freeform> {
+        None
+    }
     /// Run the call. An `Err` is a result the model reads, not a crash.
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
 }
@@ -217,6 +221,10 @@ pub trait TypedTool: Send + Sync + 'static {
     /// do not parse.
     fn checks_own_args(&self) -> bool {
         false
+    }
+    /// The tool's freeform form (see [`Tool::freeform`]).
+    fn freeform(&self) -> Option<crate::schema::Freeform> {
+        None
     }
     /// Run the call with parsed arguments.
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
@@ -253,6 +261,9 @@ impl<T: TypedTool> Tool for Typed<T> {
     }
     fn needs(&self) -> Option<String> {
         self.0.needs()
+    }
+    fn freeform(&self) -> Option<crate::schema::Freeform> {
+        self.0.freeform()
     }
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let name = self.0.name();

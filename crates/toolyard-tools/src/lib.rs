@@ -10,6 +10,7 @@ pub mod dialect;
 mod env;
 pub mod files;
 pub mod oracle;
+pub mod patch;
 pub mod process;
 pub mod records;
 pub mod search;

@@ -43,6 +43,19 @@ pub trait Records: Send + Sync {
     ) -> Result<i64, ToolError>;
     /// The journaled change landed (`done`) or did not happen.
     async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError>;
+    /// Journal the content of `path` before it is removed; returns the change id. Only the
+    /// server keeps the journal's removals: elsewhere this is refused.
+    async fn journal_begin_removal(
+        &self,
+        _session: &str,
+        _call_id: &str,
+        _tool: &str,
+        path: &RelPath,
+    ) -> Result<i64, ToolError> {
+        Err(ToolError::Unavailable(format!(
+            "cannot remove {path} here: file removals are journaled only in the server process"
+        )))
+    }
 }
 
 /// [`Records`] kept in this process: the read ledger in memory (written behind to the state
@@ -212,6 +225,19 @@ impl Records for LocalRecords {
                 new_hash,
             },
         )?;
+        Ok(id.0)
+    }
+
+    async fn journal_begin_removal(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+    ) -> Result<i64, ToolError> {
+        let id = self
+            .journal
+            .record_removal(&self.workspace, session, call_id, tool, path)?;
         Ok(id.0)
     }
 

@@ -352,6 +352,30 @@ impl Journal {
         Ok(rec.id)
     }
 
+    /// Like [`Journal::record`] for a change that removes `path`: its new state is "absent", so
+    /// undoing it writes the recorded content and mode back.
+    pub fn record_removal(
+        &self,
+        ws: &Workspace,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+    ) -> Result<ChangeId, ToolError> {
+        let rec = self.record_pending(
+            ws,
+            Pending {
+                session,
+                call_id,
+                tool,
+                path,
+                new_hash: None,
+                undoes: None,
+            },
+        )?;
+        Ok(rec.id)
+    }
+
     /// The whole protocol in one process: record, write `content` under `expect` (the session's
     /// view of the file; refused with `StaleRead` if the file no longer matches), mark done or
     /// failed. `mode` overrides the file's mode as in [`Workspace::write_atomic_from`].

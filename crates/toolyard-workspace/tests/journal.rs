@@ -77,6 +77,27 @@ fn undo_of_a_created_file_removes_it() {
 }
 
 #[test]
+fn undo_of_a_removal_restores_the_file_and_its_mode() {
+    let fx = Fixture::new();
+    let j = Journal::open(&fx.state).unwrap();
+    fx.put("gone.sh", b"#!/bin/sh\r\necho hi\r\n", 0o755);
+    let rel = fx.rel("gone.sh");
+    let id = j
+        .record_removal(&fx.ws, "s", "c1", "apply_patch", &rel)
+        .unwrap();
+    let change = j.get(id).unwrap();
+    assert!(change.existed);
+    assert_eq!(change.new_hash, None);
+    fx.ws.remove_file(&rel).unwrap();
+    j.mark_done(id).unwrap();
+    assert_eq!(fx.bytes("gone.sh"), None);
+    let out = j.undo(&fx.ws, id, "s", "u", false).unwrap();
+    assert!(!out.removed && !out.forced);
+    assert_eq!(fx.bytes("gone.sh").unwrap(), b"#!/bin/sh\r\necho hi\r\n");
+    assert_eq!(fx.mode("gone.sh"), 0o755);
+}
+
+#[test]
 fn undo_refuses_when_the_file_changed_since_and_force_overrides() {
     let fx = Fixture::new();
     let j = Journal::open(&fx.state).unwrap();

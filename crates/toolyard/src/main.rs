@@ -123,7 +123,8 @@ pub struct Common {
     /// A catalog.toml laid over the built-in catalog.
     #[arg(long, env = "TOOLYARD_CATALOG")]
     pub catalog: Option<PathBuf>,
-    /// Tool vocabulary: loopr (seed 000), loom (seeds 003/004) or loom-py (seed 002).
+    /// Tool vocabulary: loopr (seed 000), loom (seeds 003/004), loom-py (seed 002) or codex
+    /// (OpenAI Codex CLI: apply_patch).
     #[arg(long, default_value = "loopr")]
     pub dialect: Dialect,
     /// Tool set: all, or a loop type of the catalog (plan, spec, phase, code).

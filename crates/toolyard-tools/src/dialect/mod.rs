@@ -12,9 +12,11 @@ use toolyard_core::{Tool, ToolError};
 use crate::ToolEnv;
 use crate::command::CommandEnv;
 
+mod codex;
 mod loom;
 mod loom_py;
 
+pub use codex::{APPLY_PATCH_FREEFORM_DESCRIPTION, APPLY_PATCH_LARK, ApplyPatch, ApplyPatchArgs};
 pub use loom::{Bash, LoomEditFile, LoomReadFile};
 pub use loom_py::{PyEditFile, PyReadFile, SearchFiles, ShellExecute};
 
@@ -28,11 +30,18 @@ pub enum Dialect {
     Loom,
     /// Seed 002: read_file {path, line_range}, shell_execute, search_files, list_directory, ...
     LoomPy,
+    /// OpenAI Codex CLI: apply_patch {input}.
+    Codex,
 }
 
 impl Dialect {
     /// Every dialect.
-    pub const ALL: [Dialect; 3] = [Dialect::Loopr, Dialect::Loom, Dialect::LoomPy];
+    pub const ALL: [Dialect; 4] = [
+        Dialect::Loopr,
+        Dialect::Loom,
+        Dialect::LoomPy,
+        Dialect::Codex,
+    ];
 
     /// The dialect's name on the command line.
     pub fn as_str(self) -> &'static str {
@@ -40,6 +49,7 @@ impl Dialect {
             Dialect::Loopr => "loopr",
             Dialect::Loom => "loom",
             Dialect::LoomPy => "loom-py",
+            Dialect::Codex => "codex",
         }
     }
 }
@@ -57,8 +67,9 @@ impl std::str::FromStr for Dialect {
             "loopr" => Ok(Dialect::Loopr),
             "loom" => Ok(Dialect::Loom),
             "loom-py" | "loom_py" => Ok(Dialect::LoomPy),
+            "codex" => Ok(Dialect::Codex),
             other => Err(format!(
-                "unknown dialect `{other}`; expected loopr, loom or loom-py"
+                "unknown dialect `{other}`; expected loopr, loom, loom-py or codex"
             )),
         }
     }
@@ -124,6 +135,7 @@ fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
         (Dialect::Loom, "bash") | (Dialect::LoomPy, "shell_execute") => "run_command",
         (Dialect::Loom, "list_files") => "list_directory",
         (Dialect::LoomPy, "search_files") => "grep",
+        (Dialect::Codex, "apply_patch") => "edit_file",
         (_, other) => other,
     };
     ENGINES.iter().find(|e| **e == engine).copied()
@@ -161,6 +173,11 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
         Dialect::LoomPy => {
             let mut v = loom_py::tools(env, commands);
             v.extend(shared(&["write_file", "list_directory", "undo"]));
+            v
+        }
+        Dialect::Codex => {
+            let mut v = codex::tools(env);
+            v.extend(shared(&["undo"]));
             v
         }
     };
