@@ -114,6 +114,26 @@ def loopr_script(page_url: str, forbidden_url: str) -> list[dict]:
             "tool": "run_command_isolated",
             "args": {"command": "echo ISOLATED_OSPREY; " + net_probe},
         },
+        # A background process (the first of this fresh server's net runner: net-1),
+        # driven through the process tools, then the persistent shell.
+        {
+            "name": "bg",
+            "tool": "run_command",
+            "args": {
+                "command": "echo BG_HERON_START; read l; echo GOT_$l; sleep 60",
+                "background": True,
+            },
+        },
+        {"name": "plist", "tool": "process_list", "args": {}},
+        {
+            "name": "pinput",
+            "tool": "process_input",
+            "args": {"process_id": "net-1", "text": "KITE\n", "wait_ms": 3000},
+        },
+        {"name": "poutput", "tool": "process_output", "args": {"process_id": "net-1"}},
+        {"name": "pkill", "tool": "process_kill", "args": {"process_id": "net-1"}},
+        {"name": "shell1", "tool": "shell", "args": {"command": "export SHELL_MARK=PELICAN; cd src"}},
+        {"name": "shell2", "tool": "shell", "args": {"command": "echo $SHELL_MARK in $(basename $PWD)"}},
         {"name": "build", "tool": "build", "args": {"command": "echo BUILD_HERON"}},
         {"name": "test", "tool": "test", "args": {"command": "echo TEST_EGRET; exit 3"}},
         {"name": "validate", "tool": "validate", "args": {}},
@@ -625,6 +645,25 @@ def test_run_command_isolated_output_and_no_network(loopr: Transcript):
     # The page server on loopback answers run_command; the isolated one cannot reach it.
     assert any(ln.startswith("NET_BLOCKED") for ln in lines), lines
     assert "NET_REACHED" not in lines, lines
+
+
+def test_background_process_through_the_process_tools(loopr: Transcript):
+    started = output(loopr.result(STEP["bg"]))
+    assert "net-1" in started and "BG_HERON_START" in started, started
+    listed = output(loopr.result(STEP["plist"]))
+    assert "net-1" in listed and "BG_HERON_START" in listed or "net-1" in listed, listed
+    answered = output(loopr.result(STEP["pinput"]))
+    assert "GOT_KITE" in answered, answered
+    polled = output(loopr.result(STEP["poutput"]))
+    assert "net-1" in polled and "running" in polled, polled
+    killed = output(loopr.result(STEP["pkill"]))
+    assert "net-1" in killed, killed
+
+
+def test_the_shell_keeps_its_state_between_calls(loopr: Transcript):
+    res = loopr.result(STEP["shell2"])
+    assert_ok(loopr, res)
+    assert "PELICAN in src" in output(res), output(res)
 
 
 def test_build_with_explicit_command(loopr: Transcript):

@@ -88,6 +88,13 @@ pub fn configured(config: &SandboxConfig) -> Vec<String> {
     }
 }
 
+/// Whether an [`UNPROTECTED`] path lies strictly beneath `rel`.
+fn holds_unprotected(rel: &str) -> bool {
+    UNPROTECTED
+        .iter()
+        .any(|u| *u != rel && beneath_or_at(u, rel))
+}
+
 /// Whether `rel` (workspace-relative, normalized) is or lies beneath an [`UNPROTECTED`] path.
 pub fn is_unprotected(rel: &str) -> bool {
     UNPROTECTED.iter().any(|u| beneath_or_at(rel, u))
@@ -685,6 +692,21 @@ impl Fixer {
         let now = lstat_at(dir, name);
         match (before, now) {
             (None, None) => {}
+            // Toolyard's own artifact tools make `.toolyard/artifacts`: a `.toolyard` made
+            // meanwhile keeps that, and loses the rest.
+            (None, Some(st)) if kind(&st) == Kind::Dir && holds_unprotected(rel) => {
+                match open_dir_at(dir, name) {
+                    Ok(sub) => {
+                        for child in list_dir(sub.as_fd()).unwrap_or_default() {
+                            let child_rel = join_rel(rel, &child.to_string_lossy());
+                            if !is_unprotected(&child_rel) {
+                                self.fix(sub.as_fd(), &child, &child_rel, None);
+                            }
+                        }
+                    }
+                    Err(e) => self.push(rel, "could not check", format!("cannot open it: {e}")),
+                }
+            }
             (None, Some(_)) => {
                 self.remove(dir, name, rel, "created by the command");
             }

@@ -397,9 +397,13 @@ fn toolyard_artifacts_stay_writable_while_the_rest_of_its_dir_is_protected() {
     let snap = protected(&f).snapshot();
     fs::create_dir_all(f.ws.join(".toolyard/artifacts/plans")).unwrap();
     fs::write(f.ws.join(".toolyard/artifacts/plans/p.json"), "{}").unwrap();
+    fs::write(f.ws.join(".toolyard/catalog.toml"), "[hooks]\n").unwrap();
     let restored = snap.restore(&f.quarantine);
-    // `.toolyard` itself was new: it goes, artifacts and all, since it held nothing before.
-    assert_eq!(find(&restored, ".toolyard").action, "removed");
+    // `.toolyard` was new (an artifact tool may make it while a command runs): its artifacts
+    // stay, anything else in it goes.
+    assert!(f.ws.join(".toolyard/artifacts/plans/p.json").is_file());
+    assert!(!f.ws.join(".toolyard/catalog.toml").exists());
+    assert_eq!(find(&restored, ".toolyard/catalog.toml").action, "removed");
 
     // With `.toolyard` already there, artifacts written meanwhile stay and the rest does not.
     let f = fixture();
