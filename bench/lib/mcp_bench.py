@@ -216,6 +216,32 @@ def layer(ours: Server, iterations: int, warmup: int) -> dict[str, dict]:
 # The official Python SDK client
 
 
+def busy_read(ours: Server, iterations: int, warmup: int, commands: int = 8) -> dict[str, dict]:
+    """A read's latency idle, then while `commands` long commands run on the same connection."""
+    c = ours.start()
+    tool, args = ours.op_calls("read")[0]
+
+    def reads() -> list[float]:
+        out = []
+        for i in range(warmup + iterations):
+            t0 = time.perf_counter_ns()
+            rid = c.send_request("tools/call", {"name": tool, "arguments": args})
+            while c.read_reply().get("id") != rid:
+                pass
+            if i >= warmup:
+                out.append((time.perf_counter_ns() - t0) / 1e6)
+        return out
+
+    idle = reads()
+    for _ in range(commands):
+        c.send_request("tools/call", {"name": "run_command", "arguments": {"command": "sleep 60"}})
+    time.sleep(1.0)  # let every command start in its runner
+    busy = reads()
+    c.close()
+    log(f"mcp read while {commands} commands run: idle {median(idle):.3f} ms, busy {median(busy):.3f} ms")
+    return {"idle": summary(idle), "busy": summary(busy), "commands": commands}
+
+
 def sdk_available() -> bool:
     try:
         import anyio  # noqa: F401
@@ -328,6 +354,7 @@ def run(iterations: int = 300, warmup: int = 20, sdk_iterations: int = 100, star
         lean = per_call([ours, ref, ours_inline], iterations, warmup)
         data["lean"] = {"toolyard": lean["toolyard"], "reference": lean["reference"]}
         data["pipelined"] = throughput(srv, seconds)
+        data["busy_read"] = busy_read(ours, iterations, warmup)
         log("mcp: the MCP layer alone (ping, unknown tool)")
         data["breakdown"] = layer(ours, iterations, warmup)
         for op, v in lean["inline"].items():

@@ -93,6 +93,14 @@ def targets(parts: dict) -> list[tuple[str, str, str, str]]:
                     reason += f"; even inline the ratio would be {r / inl:.2f}x"
             rows.append((name, f"{ratio:.2f}x ({f(o)} vs {f(r)} ms)" if ratio < 2 else f"{ratio:.1f}x ({f(o)} vs {f(r)} ms)",
                          verdict(ratio >= t), reason))
+        b = m.get("busy_read")
+        if b:
+            idle, busy = b["idle"]["median"], b["busy"]["median"]
+            ok = busy <= 2 * idle
+            reason = "" if ok else (f"a read takes {f(busy)} ms while {b['commands']} commands run, {busy / idle:.1f}x "
+                                    f"its idle {f(idle)} ms")
+            rows.append((f"a read while {b['commands']} long commands run: within 2x of idle",
+                         f"{busy / idle:.2f}x ({f(busy)} vs {f(idle)} ms)", verdict(ok), reason))
         s = m["startup"]["toolyard"]["median"]
         reason = ""
         if s >= 20:
@@ -211,6 +219,18 @@ def mcp_section(m: dict) -> list[str]:
         target = "no slower (≥ 1x)" if op == "edit" else f"≥ {t:.0f}x"
         lines.append(f"| {names[op]} | {f(o['median'])} ({f(o['p10'])}–{f(o['p90'])}) | {f(r['median'])} "
                      f"({f(r['p10'])}–{f(r['p90'])}) | **{ratio:.1f}x** | {target} | {'met' if ratio >= t else 'MISSED'} |")
+    b = m.get("busy_read")
+    if b:
+        lines += [
+            "",
+            f"### A read while {b['commands']} long commands run (`run_command` `sleep 60`, on the same connection; "
+            f"median of {m['iterations']})",
+            "",
+            "| state | read ms | p10–p90 ms |",
+            "|---|---:|---|",
+            f"| idle | {f(b['idle']['median'])} | {f(b['idle']['p10'])}–{f(b['idle']['p90'])} |",
+            f"| {b['commands']} commands running | {f(b['busy']['median'])} | {f(b['busy']['p10'])}–{f(b['busy']['p90'])} |",
+        ]
     if m.get("sdk"):
         so, sr = m["sdk"]["toolyard"], m["sdk"]["reference"]
         lines += [
