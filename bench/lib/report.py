@@ -204,7 +204,8 @@ def mcp_section(m: dict) -> list[str]:
         stamp_line(m, "bench/run --only mcp"),
         f"Reference: `{m['reference_package']}` {m['reference_version']}, run with `node` directly. Both servers run "
         "at the same time on the same fixture (a 4 KB file, a directory of 50 entries, 500 files in 25 directories) "
-        "and the calls alternate between them. Toolyard runs with its default sandboxed runner lanes.",
+        "and the calls alternate between them. Toolyard runs as `toolyard serve` does by default: the file tools in "
+        "the server process, commands in sandboxed runner lanes (docs/architecture.md says why).",
         "",
         f"### Per call, lean client (JSON-RPC lines on stdin/stdout; median of {m['iterations']} calls after "
         f"{m['warmup']} warm-up calls; p10–p90 in brackets)",
