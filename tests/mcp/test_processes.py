@@ -211,3 +211,28 @@ async def test_the_sandbox_holds_for_background_processes(workspace, state_dir, 
         t = text_of(r)
         assert "net-refused" in t and "net-ok" not in t, t
         assert not (outside / "planted").exists(), t
+
+
+async def test_ending_an_http_session_kills_its_processes_and_spares_another_sessions(workspace, state_dir, tmp_path):
+    from conftest import HttpServer
+    from mcp import Client
+
+    n = int(time.time() * 1000) % 1000000
+    mine, theirs = f"298.{n}1", f"298.{n}2"
+    server = HttpServer(workspace, state_dir, [])
+    try:
+        async with Client(server.url, mode="legacy") as other:
+            r = await other.call_tool("run_command", {"command": f"exec sleep {theirs}", "background": True})
+            assert not r.is_error, text_of(r)
+            async with Client(server.url, mode="legacy") as client:
+                r = await client.call_tool("run_command", {"command": f"exec sleep {mine}", "background": True})
+                assert not r.is_error, text_of(r)
+                assert pids_with_marker(mine), "the process runs"
+            # The client closed its session (DELETE): its process goes, the other session's stays.
+            deadline = time.monotonic() + 10
+            while pids_with_marker(mine) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not pids_with_marker(mine), "the ended session's process is gone"
+            assert pids_with_marker(theirs), "another session's process is left alone"
+    finally:
+        server.stop()

@@ -152,11 +152,31 @@ pub struct ToolyardServer {
     state: Arc<ConnState>,
 }
 
-/// Per-connection state the conformance fixtures need (log level, subscriptions).
+/// Per-connection state: the HTTP sessions it served (their processes end with it) and what
+/// the conformance fixtures need (log level, subscriptions).
 #[derive(Default)]
 struct ConnState {
+    /// The dispatcher and the `Mcp-Session-Id` sessions this connection served.
+    ended: std::sync::Mutex<Option<(Arc<Dispatcher>, HashSet<String>)>>,
     #[cfg(feature = "conformance")]
     fixtures: fixtures::FixtureState,
+}
+
+impl Drop for ConnState {
+    /// An HTTP session (2025-11-25 and older) ends when its service is dropped (DELETE, or the
+    /// session expired): so do the processes it started.
+    fn drop(&mut self) {
+        let taken = self.ended.lock().ok().and_then(|mut e| e.take());
+        let (Some((dispatcher, sessions)), Ok(rt)) = (taken, tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        rt.spawn(async move {
+            for s in sessions {
+                dispatcher.end_session(&s).await;
+            }
+        });
+    }
 }
 
 impl ToolyardServer {
@@ -191,7 +211,14 @@ impl ToolyardServer {
             .and_then(|p| p.headers.get("mcp-session-id"))
             .and_then(|v| v.to_str().ok());
         if let Some(id) = header {
-            return format!("mcp-http-{id}");
+            let session = format!("mcp-http-{id}");
+            if let Ok(mut ended) = self.state.ended.lock() {
+                ended
+                    .get_or_insert_with(|| (self.shared.dispatcher.clone(), HashSet::new()))
+                    .1
+                    .insert(session.clone());
+            }
+            return session;
         }
         match parts.and_then(|p| p.extensions.get::<ClientSession>()) {
             Some(ClientSession(id)) => format!("mcp-http-client-{id}"),
