@@ -100,6 +100,8 @@ fn walk_entries(
     }
     let ws_root = ws.root().as_os_str().as_encoded_bytes();
     let mut listing = Listing::default();
+    // The directory whose entries are being listed, opened once beneath the root.
+    let mut parent: Option<(Vec<u8>, cap_std::fs::Dir)> = None;
     // Hidden entries are shown: a listing is how a model discovers `.github/` or `.env`.
     let walker = walk::builder(ws, &ws.absolute(root), true)
         .max_depth(Some(max_depth))
@@ -118,9 +120,25 @@ fn walk_entries(
             listing.capped = true;
             break;
         }
-        // lstat through the root handle: an entry the walker saw through a directory swapped
-        // for a symlink to outside does not resolve beneath the root, and is dropped.
-        let Ok(meta) = ws.dir().symlink_metadata(walk::as_path(rel)) else {
+        // lstat by name in its directory, opened beneath the root: an entry the walker saw
+        // through a directory swapped for a symlink to outside does not resolve, and is dropped.
+        let (dir_rel, name) = match rel.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (&b""[..], rel),
+        };
+        if parent.as_ref().is_none_or(|(p, _)| p.as_slice() != dir_rel) {
+            let dir = if dir_rel.is_empty() {
+                ws.dir().try_clone()
+            } else {
+                ws.dir().open_dir(walk::as_path(dir_rel))
+            };
+            match dir {
+                Ok(d) => parent = Some((dir_rel.to_vec(), d)),
+                Err(_) => continue,
+            }
+        }
+        let Some((_, dir)) = &parent else { continue };
+        let Ok(meta) = dir.symlink_metadata(walk::as_path(name)) else {
             continue;
         };
         let ft = meta.file_type();
