@@ -16,7 +16,7 @@ python3 -m pip install -q 'mcp==2.3.0' pytest
 
 # The user's own state directory: no test may leave anything in it (checked at the end).
 real_state="${XDG_STATE_HOME:-$HOME/.local/state}/toolyard"
-state_before=$(find "$real_state" -mindepth 2 -maxdepth 2 2>/dev/null | sort)
+state_before=$( (find "$real_state" -mindepth 2 -maxdepth 2 2>/dev/null || true) | sort)
 
 echo "== cargo test"
 cargo build --workspace --bins --quiet
@@ -40,7 +40,7 @@ echo "== MCP conformance suite"
 CONFORMANCE_TARGET_DIR=target bash tests/conformance/run.sh
 
 echo "== the user's state directory is untouched"
-state_after=$(find "$real_state" -mindepth 2 -maxdepth 2 2>/dev/null | sort)
+state_after=$( (find "$real_state" -mindepth 2 -maxdepth 2 2>/dev/null || true) | sort)
 new=$(comm -13 <(echo "$state_before") <(echo "$state_after"))
 if [[ -n "$new" ]]; then
   echo "tests wrote into the real state directory $real_state:" >&2
