@@ -24,23 +24,44 @@ pub(crate) enum Durability {
 /// Open `state.db` with the pragmas every user needs: WAL (readers never block the writer),
 /// a busy timeout (concurrent processes wait instead of failing), and the given durability.
 pub(crate) fn open(state: &StateDir, durability: Durability) -> Result<Connection, ToolError> {
-    let path = state.db_path();
-    let conn = Connection::open(&path)
-        .map_err(|e| ToolError::Io(format!("cannot open {}: {e}", path.display())))?;
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(db_err)?;
+    // Several processes (or threads) opening a new database at once can meet SQLITE_BUSY where
+    // the busy handler is not consulted (setting up WAL, recovering it): try again briefly.
+    let mut tries = 0;
+    loop {
+        match open_once(state, durability) {
+            Err(e) if is_busy(&e) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => {
+                return Err(ToolError::Io(format!(
+                    "cannot open {}: {e}",
+                    state.db_path().display()
+                )));
+            }
+            Ok(conn) => return Ok(conn),
+        }
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+fn open_once(state: &StateDir, durability: Durability) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(state.db_path())?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     // Only takes effect on a new, empty database: lets pruning give pages back to the OS.
     // Setting it always runs a write transaction (and a synced commit) even when nothing
     // changes, so it is set only when the database is not incremental yet.
-    let auto_vacuum: i64 = conn
-        .pragma_query_value(None, "auto_vacuum", |r| r.get(0))
-        .map_err(db_err)?;
+    let auto_vacuum: i64 = conn.pragma_query_value(None, "auto_vacuum", |r| r.get(0))?;
     if auto_vacuum != 2 {
-        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
-            .map_err(db_err)?;
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
     }
-    let mode: String = conn
-        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-        .map_err(db_err)?;
+    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!(%mode, "state.db is not in WAL mode; concurrent processes may wait longer");
     }
@@ -48,18 +69,15 @@ pub(crate) fn open(state: &StateDir, durability: Durability) -> Result<Connectio
         Durability::Full => "FULL",
         Durability::Normal => "NORMAL",
     };
-    conn.pragma_update(None, "synchronous", sync)
-        .map_err(db_err)?;
+    conn.pragma_update(None, "synchronous", sync)?;
     // Keep the WAL file from staying at the size of the largest transaction (a 100 MiB file).
-    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024_i64)
-        .map_err(db_err)?;
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024_i64)?;
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS toolyard_schema (
              component TEXT PRIMARY KEY,
              version   INTEGER NOT NULL
          );",
-    )
-    .map_err(db_err)?;
+    )?;
     Ok(conn)
 }
 
