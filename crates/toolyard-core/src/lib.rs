@@ -47,7 +47,7 @@ pub use catalog::{
 };
 pub use error::ToolError;
 pub use registry::{Registry, RegistryError, unknown_tool};
-pub use result::ToolResult;
+pub use result::{Image, ToolResult};
 pub use schema::{
     Freeform, SchemaFormat, ToolDefinition, export, result_envelope_schema, schema_of,
 };

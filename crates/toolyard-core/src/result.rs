@@ -7,7 +7,8 @@ use crate::ToolError;
 
 /// The outcome of one tool call (seed 002's `ToolResult`).
 ///
-/// JSON form (stable): `{"success", "output", "data"?, "files_changed", "error"?, "error_kind"?}`.
+/// JSON form (stable): `{"success", "output", "data"?, "files_changed", "error"?, "error_kind"?,
+/// "images"?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
     /// Whether the call did what was asked.
@@ -26,6 +27,19 @@ pub struct ToolResult {
     /// The error's kind (see [`ToolError::kind`]) when `success` is false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<String>,
+    /// Images for the model beside `output` (MCP image blocks), e.g. a PNG read by `read_file`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
+}
+
+/// An image a tool returns: base64 data and its MIME type, as an MCP image block carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// The image's bytes, base64 (standard alphabet, padded).
+    pub data: String,
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    #[serde(rename = "mimeType")]
+    pub mime_type: String,
 }
 
 impl ToolResult {
@@ -38,6 +52,7 @@ impl ToolResult {
             files_changed: Vec::new(),
             error: None,
             error_kind: None,
+            images: Vec::new(),
         }
     }
 
@@ -51,12 +66,19 @@ impl ToolResult {
             files_changed: Vec::new(),
             error: Some(message),
             error_kind: Some(kind.to_string()),
+            images: Vec::new(),
         }
     }
 
     /// Attach structured data.
     pub fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
+        self
+    }
+
+    /// Attach an image for the model (shown beside the text).
+    pub fn with_image(mut self, image: Image) -> Self {
+        self.images.push(image);
         self
     }
 

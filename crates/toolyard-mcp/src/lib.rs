@@ -291,7 +291,16 @@ async fn send_progress(ctx: &RequestContext<RoleServer>, token: &ProgressToken, 
 
 /// The MCP form of a ToolResult (see the crate docs for the `structuredContent` rule).
 pub fn to_call_result(result: ToolResult, result_is_data: bool) -> CallToolResult {
-    let mut out = CallToolResult::success(vec![ContentBlock::text(result.output.clone())]);
+    let mut blocks = vec![ContentBlock::text(result.output.clone())];
+    // Images go to the model as image blocks, never into structuredContent (base64 there
+    // would cost its size again); the text `output` says an image was returned.
+    for image in &result.images {
+        blocks.push(ContentBlock::image(
+            image.data.clone(),
+            image.mime_type.clone(),
+        ));
+    }
+    let mut out = CallToolResult::success(blocks);
     out.is_error = Some(!result.success);
     out.structured_content = if result_is_data {
         // The text is this JSON already. A failure has no data: its text is the whole story,
@@ -649,6 +658,23 @@ mod tests {
             )
         );
         assert_eq!(out.is_error, Some(false));
+    }
+
+    #[test]
+    fn an_image_becomes_an_image_block_and_stays_out_of_structured_content() {
+        let r = ToolResult::ok("PNG image, 1x1 pixels").with_image(toolyard_core::Image {
+            data: "iVBORw0=".into(),
+            mime_type: "image/png".into(),
+        });
+        let out = to_call_result(r, false);
+        let content = serde_json::to_value(&out.content).unwrap_or_default();
+        assert_eq!(content[0]["type"], json!("text"));
+        assert_eq!(content[1]["type"], json!("image"));
+        assert_eq!(content[1]["data"], json!("iVBORw0="));
+        assert_eq!(content[1]["mimeType"], json!("image/png"));
+        let structured = out.structured_content.unwrap_or_default();
+        assert_eq!(structured["output"], json!("PNG image, 1x1 pixels"));
+        assert!(structured.get("images").is_none(), "{structured}");
     }
 
     #[test]

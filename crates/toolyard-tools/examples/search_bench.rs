@@ -44,6 +44,10 @@ fn run(mode: &str, pattern: &str, dir: &Path) -> Result<u64, Box<dyn std::error:
                 context: 0,
                 limits: None,
                 hidden: false,
+                case_insensitive: false,
+                file_type: None,
+                multiline: false,
+                keep_lines: true,
             };
             let outcome = grep::search(&ws, &query, &cancel)?;
             out.write_all(grep::render(&outcome, 0).as_bytes())?;

@@ -294,6 +294,7 @@ pub fn command_result(o: &ExecOutcome) -> ToolResult {
             files_changed: Vec::new(),
             error: Some(error),
             error_kind: Some(kind.into()),
+            images: Vec::new(),
         }
     }
 }

@@ -284,6 +284,7 @@ fn ended_result(proc: &BgProcess, taken: &Taken, ended: &Ended, limit: usize) ->
                 }
                 .into(),
             ),
+            images: Vec::new(),
         }
     }
 }
@@ -802,6 +803,7 @@ async fn run_in_shell(
                 }
                 .into(),
             ),
+            images: Vec::new(),
         })
     }
 }

@@ -224,6 +224,7 @@ impl TypedTool for SearchFiles {
                     file_pattern: args.file_pattern,
                     context: None,
                     hidden: false,
+                    ..GrepArgs::default()
                 },
                 ctx,
             )

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+use toolyard_core::shape::head_tail;
 use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 use toolyard_workspace::RelPath;
 
@@ -30,7 +31,20 @@ pub struct ReadFileArgs {
     /// Most lines to show (default 1000).
     #[schemars(range(min = 1))]
     pub limit: Option<usize>,
+    /// PDF only: the pages to read, e.g. `"1-3"`, `"5"` or `"1,4-6"` (default: from page 1 on,
+    /// as many as fit).
+    pub pages: Option<String>,
 }
+
+/// The largest image returned (bytes): Claude's API refuses images over 5 MB, and without a
+/// decoder here an image cannot be scaled down, so a bigger one is refused.
+pub const MAX_IMAGE_BYTES: u64 = 5_000_000;
+/// The longest side (pixels) past which a model's API scales an image down anyway.
+const IMAGE_LONG_SIDE: usize = 1568;
+/// The largest PDF or notebook read (bytes): both are parsed whole, in memory.
+pub const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
+/// PDF pages shown when `pages` is not given (more only fit when they are short).
+const DEFAULT_PAGES: u32 = 20;
 
 /// `read_file`: file contents with line numbers; records the read for later edits.
 pub struct ReadFile {
@@ -232,7 +246,10 @@ impl TypedTool for ReadFile {
     fn description(&self) -> &str {
         "Read a text file with line numbers (`     N|line`). Shows up to 1000 lines from `offset` \
          (1-indexed); long lines and large outputs are cut with a note saying how to read on. \
-         A file must be read before write_file or edit_file may change it."
+         A file must be read before write_file or edit_file may change it. Images (PNG, JPEG, \
+         GIF, WebP, up to 5 MB) come back as an image; a PDF as its text page by page (`pages`: \
+         \"1-3\", \"5\"); a Jupyter notebook (.ipynb) as its numbered cells with their outputs. \
+         Other binary files are refused with what they are."
     }
 
     fn annotations(&self) -> Annotations {
@@ -249,14 +266,35 @@ impl TypedTool for ReadFile {
                 "read_file: offset and limit start at 1".into(),
             ));
         }
-        // Stream the file: hash all of it for the ledger, keep only the lines shown.
         let mut file = ws.open_file(&rel)?;
+        let mut head = [0u8; 16];
+        let head_len = read_head(&mut file, &mut head).map_err(|e| ws.map_err(e, &rel))?;
+        let kind = Kind::sniff(&head[..head_len], rel.as_str());
+        if !matches!(kind, Kind::Text) {
+            return self
+                .read_document(kind, &rel, &head[..head_len], file, args, ctx)
+                .await;
+        }
+        if args.pages.is_some() {
+            return Err(ToolError::InvalidArguments(format!(
+                "read_file: `pages` applies to PDF files only, and {rel} is not a PDF; use \
+                 offset and limit to choose its lines"
+            )));
+        }
+        // Stream the file: hash all of it for the ledger, keep only the lines shown.
         let mut hasher = blake3::Hasher::new();
         let mut windower = Windower::new(offset, limit, ctx.max_output_bytes);
         let mut buf = vec![0u8; 256 * 1024];
         let mut bytes = 0u64;
+        // The sniffed head starts the first chunk, so the text check sees a whole chunk.
+        let mut carried = head_len;
+        buf[..head_len].copy_from_slice(&head[..head_len]);
         loop {
-            let n = file.read(&mut buf).map_err(|e| ws.map_err(e, &rel))?;
+            let n = carried
+                + file
+                    .read(&mut buf[carried..])
+                    .map_err(|e| ws.map_err(e, &rel))?;
+            carried = 0;
             if n == 0 {
                 break;
             }
@@ -323,16 +361,520 @@ impl TypedTool for ReadFile {
     }
 }
 
-/// Refuse files that are not text: NUL bytes or a binary signature in the first 8 KiB.
+impl ReadFile {
+    /// An image, a PDF or a notebook: read whole (capped), recorded, then shown its own way.
+    async fn read_document(
+        &self,
+        kind: Kind,
+        rel: &RelPath,
+        head: &[u8],
+        file: cap_std::fs::File,
+        args: ReadFileArgs,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, ToolError> {
+        let ws = &self.env.workspace;
+        let cap = match kind {
+            Kind::Image(_) => MAX_IMAGE_BYTES,
+            _ => MAX_DOCUMENT_BYTES,
+        };
+        let size = file.metadata().map_err(|e| ws.map_err(e, rel))?.len();
+        if size > cap {
+            let what = kind.describe();
+            let todo = match kind {
+                Kind::Image(_) => format!(
+                    "scale it down or convert it first, e.g. with run_command \
+                     `convert {rel} -resize {IMAGE_LONG_SIDE}x{IMAGE_LONG_SIDE} small.png`, \
+                     and read that"
+                ),
+                Kind::Pdf => format!(
+                    "extract its text first, e.g. with run_command `pdftotext {rel} out.txt`, \
+                     and read that"
+                ),
+                _ => "read it with a command (run_command) that prints only the part you need"
+                    .to_string(),
+            };
+            return Err(ToolError::InvalidArguments(format!(
+                "read_file: {rel} is {what} of {size} bytes; read_file returns at most {cap} \
+                 bytes of one; {todo}"
+            )));
+        }
+        // The sniffed head was read already: the rest follows it.
+        let mut content = Vec::with_capacity(size as usize);
+        content.extend_from_slice(head);
+        file.take(cap + 1)
+            .read_to_end(&mut content)
+            .map_err(|e| ws.map_err(e, rel))?;
+        let hash = blake3::hash(&content).to_hex().to_string();
+        self.env
+            .records
+            .record_read(&ctx.session_id, rel, &hash)
+            .await?;
+        if args.pages.is_some() && kind != Kind::Pdf {
+            return Err(ToolError::InvalidArguments(format!(
+                "read_file: `pages` applies to PDF files only, and {rel} is {}",
+                kind.describe()
+            )));
+        }
+        match kind {
+            Kind::Image(mime) => Ok(image_result(rel, mime, &content)),
+            Kind::Pdf => pdf_result(rel, &content, args.pages.as_deref(), ctx.max_output_bytes),
+            Kind::Notebook => notebook_result(rel, &content, ctx.max_output_bytes),
+            Kind::Text => Err(ToolError::Unavailable(
+                "read_file: a text file reached the document reader".into(),
+            )),
+        }
+    }
+}
+
+/// What a file is, from its first bytes (and `.ipynb` from its name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Text (or an unknown binary, refused by the text check).
+    Text,
+    /// An image the model can see, with its MIME type.
+    Image(&'static str),
+    /// A PDF document.
+    Pdf,
+    /// A Jupyter notebook.
+    Notebook,
+}
+
+impl Kind {
+    fn sniff(head: &[u8], path: &str) -> Self {
+        if let Some(mime) = image_mime(head) {
+            Kind::Image(mime)
+        } else if head.starts_with(b"%PDF-") {
+            Kind::Pdf
+        } else if path.to_ascii_lowercase().ends_with(".ipynb") {
+            Kind::Notebook
+        } else {
+            Kind::Text
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Kind::Text => "a text file".into(),
+            Kind::Image(mime) => format!("an image ({mime})"),
+            Kind::Pdf => "a PDF".into(),
+            Kind::Notebook => "a Jupyter notebook".into(),
+        }
+    }
+}
+
+/// The MIME type of a PNG, JPEG, GIF or WebP image, by its magic bytes.
+fn image_mime(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if head.starts_with(b"\xff\xd8\xff") {
+        Some("image/jpeg")
+    } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if head.len() >= 12 && head.starts_with(b"RIFF") && &head[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+/// Fill `head` as far as the file allows (a read may return less than asked).
+fn read_head(file: &mut impl Read, head: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < head.len() {
+        match file.read(&mut head[n..])? {
+            0 => break,
+            m => n += m,
+        }
+    }
+    Ok(n)
+}
+
+/// The image as an image block, with a line saying what it is.
+fn image_result(rel: &RelPath, mime: &'static str, content: &[u8]) -> ToolResult {
+    use base64::Engine as _;
+    let format = mime.trim_start_matches("image/").to_ascii_uppercase();
+    let dims = imagesize::blob_size(content).ok();
+    let size = match dims {
+        Some(d) => format!(", {}x{} pixels", d.width, d.height),
+        None => String::new(),
+    };
+    let mut text = format!(
+        "Image {rel}: {format}{size}, {} bytes; returned as an image.",
+        content.len()
+    );
+    if dims.is_some_and(|d| d.width.max(d.height) > IMAGE_LONG_SIDE) {
+        text.push_str(&format!(
+            " Its long side is over {IMAGE_LONG_SIDE} pixels: the model may see it scaled down."
+        ));
+    }
+    ToolResult::ok(text)
+        .with_data(json!({
+            "path": rel.as_str(),
+            "kind": "image",
+            "mime_type": mime,
+            "bytes": content.len(),
+            "width": dims.map(|d| d.width),
+            "height": dims.map(|d| d.height),
+        }))
+        .with_image(toolyard_core::Image {
+            data: base64::engine::general_purpose::STANDARD.encode(content),
+            mime_type: mime.to_string(),
+        })
+}
+
+/// Parse `pages` ("1-3", "5", "1,4-6") into sorted, distinct page numbers within `count`.
+fn parse_pages(spec: &str, count: u32) -> Result<Vec<u32>, ToolError> {
+    let bad = |why: String| {
+        ToolError::InvalidArguments(format!(
+            "read_file: `pages` {spec:?} {why}; give pages such as \"1-3\", \"5\" or \"1,4-6\" \
+             (the PDF has {count} pages)"
+        ))
+    };
+    let mut pages = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let a: u32 = a
+            .parse()
+            .map_err(|_| bad(format!("has {a:?}, not a page number")))?;
+        let b: u32 = if b.is_empty() {
+            count
+        } else {
+            b.parse()
+                .map_err(|_| bad(format!("has {b:?}, not a page number")))?
+        };
+        if a == 0 || b < a {
+            return Err(bad(format!(
+                "has the range {part:?}; pages start at 1, low-high"
+            )));
+        }
+        if a > count {
+            return Err(bad(format!("starts past the last page ({part:?})")));
+        }
+        pages.extend(a..=b.min(count));
+    }
+    if pages.is_empty() {
+        return Err(bad("names no page".into()));
+    }
+    pages.sort_unstable();
+    pages.dedup();
+    Ok(pages)
+}
+
+/// A PDF's text, page by page, as far as `max_bytes` allows.
+fn pdf_result(
+    rel: &RelPath,
+    content: &[u8],
+    pages: Option<&str>,
+    max_bytes: usize,
+) -> Result<ToolResult, ToolError> {
+    let doc = lopdf::Document::load_mem(content).map_err(|e| {
+        ToolError::InvalidArguments(format!(
+            "read_file: {rel} looks like a PDF but could not be parsed ({e}); try run_command \
+             `pdftotext {rel} -` if it is installed"
+        ))
+    })?;
+    let count = doc.get_pages().len() as u32;
+    if count == 0 {
+        return Ok(ToolResult::ok(format!("PDF {rel}: no pages.\n"))
+            .with_data(json!({"path": rel.as_str(), "kind": "pdf", "pages": 0})));
+    }
+    let wanted = match pages {
+        Some(spec) => parse_pages(spec, count)?,
+        None => (1..=count.min(DEFAULT_PAGES)).collect(),
+    };
+    let mut body = String::new();
+    let mut shown = Vec::new();
+    let mut capped = false;
+    for &page in &wanted {
+        let text = match doc.extract_text(&[page]) {
+            Ok(t) => t,
+            Err(e) => format!("[the text of this page could not be extracted: {e}]\n"),
+        };
+        let text = if text.trim().is_empty() {
+            "[no text on this page: it may be a scanned image]\n".to_string()
+        } else {
+            text
+        };
+        let block = format!("--- page {page} ---\n{}\n", text.trim_end());
+        if !shown.is_empty() && body.len() + block.len() > max_bytes {
+            capped = true;
+            break;
+        }
+        body.push_str(&block);
+        shown.push(page);
+    }
+    let mut out = format!("PDF {rel}: {count} pages; showing {}.\n", ranges(&shown));
+    out.push_str(&head_tail(&body, max_bytes, Some("read fewer pages at a time")).text);
+    let last = shown.last().copied().unwrap_or(0);
+    let next = wanted
+        .iter()
+        .find(|&&p| p > last)
+        .copied()
+        .or_else(|| (pages.is_none() && last < count).then_some(last + 1));
+    if let Some(next) = next {
+        let why = if capped {
+            "output limit reached"
+        } else {
+            "more pages follow"
+        };
+        out.push_str(&format!("[{why}; continue with pages=\"{next}-\"]\n"));
+    }
+    Ok(ToolResult::ok(out).with_data(json!({
+        "path": rel.as_str(),
+        "kind": "pdf",
+        "pages": count,
+        "shown_pages": shown,
+        "next_page": next,
+    })))
+}
+
+/// `1-3, 5` for a sorted list of pages.
+fn ranges(pages: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < pages.len() {
+        let start = pages[i];
+        let mut end = start;
+        while i + 1 < pages.len() && pages[i + 1] == end + 1 {
+            i += 1;
+            end = pages[i];
+        }
+        parts.push(if start == end {
+            format!("page {start}")
+        } else {
+            format!("pages {start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(", ")
+}
+
+/// A notebook's cells in order, numbered, each code cell followed by its outputs.
+fn notebook_result(
+    rel: &RelPath,
+    content: &[u8],
+    max_bytes: usize,
+) -> Result<ToolResult, ToolError> {
+    let nb: serde_json::Value = serde_json::from_slice(content).map_err(|e| {
+        ToolError::InvalidArguments(format!(
+            "read_file: {rel} is named .ipynb but is not valid notebook JSON ({e}); read it \
+             as text with run_command `cat {rel}`"
+        ))
+    })?;
+    let cells = nb["cells"].as_array().cloned().unwrap_or_default();
+    let language = nb["metadata"]["kernelspec"]["language"]
+        .as_str()
+        .or_else(|| nb["metadata"]["language_info"]["name"].as_str())
+        .unwrap_or("unknown");
+    let mut body = String::new();
+    for (i, cell) in cells.iter().enumerate() {
+        let kind = cell["cell_type"].as_str().unwrap_or("unknown");
+        let exec = match cell["execution_count"].as_u64() {
+            Some(n) => format!(" (execution {n})"),
+            None => String::new(),
+        };
+        body.push_str(&format!("--- cell {} [{kind}]{exec} ---\n", i + 1));
+        push_line_block(&mut body, &joined(&cell["source"]));
+        let outputs = cell["outputs"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        if !outputs.is_empty() {
+            body.push_str("--- output ---\n");
+        }
+        for output in outputs {
+            push_line_block(&mut body, &output_text(output));
+        }
+    }
+    let text = format!(
+        "Notebook {rel}: {} cells ({language}).\n{}",
+        cells.len(),
+        head_tail(
+            &body,
+            max_bytes,
+            Some("read the notebook's JSON with offset")
+        )
+        .text
+    );
+    Ok(ToolResult::ok(text).with_data(json!({
+        "path": rel.as_str(),
+        "kind": "notebook",
+        "cells": cells.len(),
+        "language": language,
+    })))
+}
+
+/// One output's text: streams and text/plain results as they are, images as a note.
+fn output_text(output: &serde_json::Value) -> String {
+    match output["output_type"].as_str() {
+        Some("stream") => joined(&output["text"]),
+        Some("error") => {
+            let tb: Vec<String> = output["traceback"]
+                .as_array()
+                .map(|t| {
+                    t.iter()
+                        .filter_map(|l| l.as_str())
+                        .map(strip_ansi)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if tb.is_empty() {
+                format!(
+                    "{}: {}",
+                    output["ename"].as_str().unwrap_or("Error"),
+                    output["evalue"].as_str().unwrap_or("")
+                )
+            } else {
+                tb.join("\n")
+            }
+        }
+        _ => {
+            let data = &output["data"];
+            let mut parts = Vec::new();
+            if let Some(map) = data.as_object() {
+                for mime in map.keys().filter(|m| m.starts_with("image/")) {
+                    parts.push(format!("[image: {mime}]"));
+                }
+            }
+            if !data["text/plain"].is_null() {
+                parts.push(joined(&data["text/plain"]));
+            } else if parts.is_empty() && data.is_object() {
+                let kinds: Vec<&str> = data
+                    .as_object()
+                    .map(|m| m.keys().map(String::as_str).collect())
+                    .unwrap_or_default();
+                parts.push(format!("[output: {}]", kinds.join(", ")));
+            }
+            parts.join("\n")
+        }
+    }
+}
+
+/// A notebook string field: one string or a list of lines.
+fn joined(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(parts) => parts.iter().filter_map(|p| p.as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+/// `text` with a final newline.
+fn push_line_block(out: &mut String, text: &str) {
+    out.push_str(text);
+    if !text.is_empty() && !text.ends_with('\n') {
+        out.push('\n');
+    }
+}
+
+/// Tracebacks carry terminal colour codes; a model reads them as noise.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Refuse files that are not text: NUL bytes or a binary signature in the first 8 KiB. The
+/// refusal names what the file is, when its magic bytes say, and what to do with it.
 fn check_text(rel: &RelPath, content: &[u8]) -> Result<(), ToolError> {
     let head = &content[..content.len().min(8192)];
     if content_inspector::inspect(head).is_binary() {
         return Err(ToolError::Binary {
             path: rel.to_string(),
-            detail: "it contains NUL or other non-text bytes".to_string(),
+            detail: binary_detail(rel, head),
         });
     }
     Ok(())
+}
+
+/// What a binary file is, by its magic bytes, and how to look inside it instead.
+fn binary_detail(rel: &RelPath, head: &[u8]) -> String {
+    let at = |off: usize, magic: &[u8]| head.get(off..off + magic.len()) == Some(magic);
+    let (what, todo) = if at(0, b"PK\x03\x04") || at(0, b"PK\x05\x06") {
+        (
+            "a ZIP archive (also .jar, .docx, .xlsx, .whl)",
+            format!("list it with run_command `unzip -l {rel}`"),
+        )
+    } else if at(0, b"\x1f\x8b") {
+        (
+            "gzip-compressed data",
+            format!("look inside with run_command `zcat {rel} | head` (or `tar tzf {rel}`)"),
+        )
+    } else if at(257, b"ustar") {
+        (
+            "a tar archive",
+            format!("list it with run_command `tar tf {rel}`"),
+        )
+    } else if at(0, b"BZh")
+        || at(0, b"\xfd7zXZ\x00")
+        || at(0, b"\x28\xb5\x2f\xfd")
+        || at(0, b"7z\xbc\xaf\x27\x1c")
+    {
+        (
+            "compressed data (bzip2, xz, zstd or 7z)",
+            "decompress it with run_command and read the result".to_string(),
+        )
+    } else if at(0, b"\x7fELF") {
+        (
+            "an ELF executable or library",
+            format!(
+                "inspect it with run_command `file {rel}`, `readelf -h {rel}` or `strings {rel}`"
+            ),
+        )
+    } else if at(0, b"MZ") {
+        (
+            "a Windows executable (PE)",
+            format!("inspect it with run_command `file {rel}` or `strings {rel}`"),
+        )
+    } else if at(0, b"\xcf\xfa\xed\xfe") || at(0, b"\xce\xfa\xed\xfe") || at(0, b"\xca\xfe\xba\xbe")
+    {
+        (
+            "a Mach-O binary or Java class file",
+            format!("inspect it with run_command `file {rel}`"),
+        )
+    } else if at(0, b"\x00asm") {
+        (
+            "a WebAssembly module",
+            format!("inspect it with run_command `file {rel}` (or wasm-objdump)"),
+        )
+    } else if at(0, b"SQLite format 3\x00") {
+        (
+            "an SQLite database",
+            format!("query it with run_command `sqlite3 {rel} .tables`"),
+        )
+    } else if at(0, b"RIFF") || at(4, b"ftyp") || at(0, b"OggS") || at(0, b"fLaC") || at(0, b"ID3")
+    {
+        (
+            "audio or video",
+            format!("describe it with run_command `file {rel}`; it has no text to read"),
+        )
+    } else if at(0, b"BM") || at(0, b"II*\x00") || at(0, b"MM\x00*") || at(0, b"\x00\x00\x01\x00") {
+        (
+            "an image in a format read_file does not return (BMP, TIFF or ICO)",
+            format!(
+                "convert it to PNG with run_command (e.g. `convert {rel} out.png`) and read that"
+            ),
+        )
+    } else {
+        (
+            "it contains NUL or other non-text bytes",
+            format!(
+                "describe it with run_command `file {rel}`, or show its bytes with `xxd {rel} | head`"
+            ),
+        )
+    };
+    format!("{what}; {todo}")
 }
 
 #[cfg(test)]

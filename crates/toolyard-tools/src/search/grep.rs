@@ -41,10 +41,29 @@ force case-sensitivity, `(?i)` to force insensitivity). Rust regex syntax (escap
 `{` to match them literally). Honours .gitignore; skips hidden files (and says how many) \
 unless `hidden` is true or `path` or `file_pattern` names one; skips binary files, .git, \
 node_modules, __pycache__ and cargo target dirs; never follows symlinks. `path` may be a directory or a single file. Shows about 50 files \
-/ 200 matching lines, then says how many more there are; lines over 500 characters are cut.";
+/ 200 matching lines, then says how many more there are; lines over 500 characters are cut. \
+`output_mode`: `files_with_matches` lists only paths, `count` gives `path:N`; `head_limit` \
+caps the entries shown. `-i` ignores case; `type` limits to ripgrep file types (`rust`, `py`); \
+`multiline` lets a match span lines.";
+
+/// What `grep` shows: the matching lines (default), only the files, or counts per file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputMode {
+    /// `path:line:text` for each matching line (and context lines).
+    #[default]
+    Content,
+    /// One path per file that has a match.
+    FilesWithMatches,
+    /// `path:N`, the matching lines in each file.
+    Count,
+}
+
+/// Files listed by `files_with_matches` and `count` when no `head_limit` is given.
+pub const DEFAULT_FILES_LISTED: usize = 200;
 
 /// Arguments of `grep`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrepArgs {
     /// Regular expression to search for (Rust regex syntax; smart case).
@@ -62,9 +81,31 @@ pub struct GrepArgs {
     /// default false). .git and node_modules stay skipped.
     #[serde(default)]
     pub hidden: bool,
+    /// `content` (matching lines, the default), `files_with_matches` (paths only) or `count`
+    /// (matching lines per file).
+    #[serde(default)]
+    pub output_mode: Option<OutputMode>,
+    /// Show only the first N entries: matching lines for `content` (default 200), files for
+    /// `files_with_matches` and `count` (default 200).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub head_limit: Option<usize>,
+    /// Case-insensitive search (overrides smart case).
+    #[serde(default, rename = "-i")]
+    pub dash_i: bool,
+    /// Same as `-i`: case-insensitive search.
+    #[serde(default)]
+    pub case_insensitive: bool,
+    /// Only search files of this ripgrep file type, e.g. `rust`, `py`, `js`, `ts`, `go`, `md`
+    /// (several: `rust,toml`). Faster than file_pattern for standard types.
+    #[serde(default, rename = "type")]
+    pub file_type: Option<String>,
+    /// Let the pattern span lines: `.` also matches a newline and `\n` may appear in it.
+    #[serde(default)]
+    pub multiline: bool,
 }
 
-/// How much of the result to keep; `None` in [`GrepQuery::limits`] keeps everything.
+/// How of the result to keep; `None` in [`GrepQuery::limits`] keeps everything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrepLimits {
     /// Most files shown.
@@ -97,6 +138,14 @@ pub struct GrepQuery {
     pub limits: Option<GrepLimits>,
     /// Include hidden entries (a file pattern naming a hidden component includes them anyway).
     pub hidden: bool,
+    /// Match case-insensitively (otherwise smart case).
+    pub case_insensitive: bool,
+    /// Only files of these ripgrep types (comma-separated names), if given.
+    pub file_type: Option<String>,
+    /// Matches may span lines (`.` matches a newline too).
+    pub multiline: bool,
+    /// Whether the lines themselves are wanted (`false`: only files and counts are kept).
+    pub keep_lines: bool,
 }
 
 /// One line of grep output.
@@ -158,6 +207,16 @@ impl GrepOutcome {
 /// Compile `pattern` as grep does (smart case, one line at a time); a syntax error says where.
 /// Patterns over [`MAX_REGEX_BYTES`], and regexes that compile too large, are refused.
 pub fn matcher(pattern: &str) -> Result<RegexMatcher, ToolError> {
+    matcher_with(pattern, false, false)
+}
+
+/// Compile `pattern` case-insensitively if asked (else smart case), and for matches spanning
+/// lines if `multiline` (then `.` matches a newline too, as `rg -U --multiline-dotall`).
+pub fn matcher_with(
+    pattern: &str,
+    case_insensitive: bool,
+    multiline: bool,
+) -> Result<RegexMatcher, ToolError> {
     if pattern.len() > MAX_REGEX_BYTES {
         return Err(ToolError::InvalidArguments(format!(
             "grep: `pattern` is {} bytes; regexes are limited to {MAX_REGEX_BYTES} bytes (64 KiB). \
@@ -165,11 +224,16 @@ pub fn matcher(pattern: &str) -> Result<RegexMatcher, ToolError> {
             pattern.len()
         )));
     }
-    RegexMatcherBuilder::new()
-        .case_smart(true)
+    let mut b = RegexMatcherBuilder::new();
+    b.case_smart(!case_insensitive)
+        .case_insensitive(case_insensitive);
+    if multiline {
+        b.multi_line(true).dot_matches_new_line(true);
+    } else {
         // Lets the matcher search whole buffers for candidate lines (ripgrep's fast path).
-        .line_terminator(Some(b'\n'))
-        .size_limit(REGEX_SIZE_LIMIT)
+        b.line_terminator(Some(b'\n'));
+    }
+    b.size_limit(REGEX_SIZE_LIMIT)
         .dfa_size_limit(DFA_SIZE_LIMIT)
         .build(pattern)
         .map_err(|e| {
@@ -181,6 +245,12 @@ pub fn matcher(pattern: &str) -> Result<RegexMatcher, ToolError> {
                      `[0-9A-Za-z_]` instead of Unicode ones like `\\w`, or several simpler searches",
                     quote(pattern),
                     REGEX_SIZE_LIMIT >> 20
+                ))
+            } else if !multiline && msg.contains("not allowed") && pattern.contains("\\n") {
+                ToolError::InvalidArguments(format!(
+                    "grep: `pattern` {} contains `\\n`, which only matches with \
+                     `multiline: true` (a match may then span lines)",
+                    quote(pattern)
                 ))
             } else {
                 ToolError::InvalidArguments(format!("grep: invalid regex `{pattern}`: {e}"))
@@ -204,7 +274,8 @@ pub fn search(
     cancel: &CancellationToken,
 ) -> Result<GrepOutcome, ToolError> {
     let started = Instant::now();
-    let matcher = matcher(&query.pattern)?;
+    let matcher = matcher_with(&query.pattern, query.case_insensitive, query.multiline)?;
+    let types = file_types(query.file_type.as_deref())?;
     let file_glob = match &query.file_pattern {
         Some(p) if !p.trim().is_empty() => {
             Some(PathGlob::for_argument("file_pattern", p, ws, &query.root)?)
@@ -222,7 +293,7 @@ pub fn search(
         query.root.as_str()
     };
     let skipped = Arc::new(AtomicU64::new(0));
-    let walker = if query.hidden || file_glob.as_ref().is_some_and(|g| g.wants_hidden) {
+    let mut walker = if query.hidden || file_glob.as_ref().is_some_and(|g| g.wants_hidden) {
         walk::builder(ws, &root_abs, true)
     } else {
         let glob = file_glob.clone();
@@ -234,8 +305,11 @@ pub fn search(
                     .is_some_and(|rel| g.is_match(walk::below(rel, &prefix)))
             })
         })
+    };
+    if let Some(types) = types {
+        walker.types(types);
     }
-    .build_parallel();
+    let walker = walker.build_parallel();
     let shared = Shared {
         ws,
         ws_root,
@@ -245,6 +319,8 @@ pub fn search(
         matcher: &matcher,
         context: query.context.min(MAX_CONTEXT),
         limits: query.limits,
+        multiline: query.multiline,
+        keep_lines: query.keep_lines,
         cancel,
         merged: Mutex::new(Collected::default()),
     };
@@ -256,7 +332,11 @@ pub fn search(
     if cancel.is_cancelled() {
         return Err(ToolError::Cancelled);
     }
-    let mut outcome = select(collected, query.limits, query.context.min(MAX_CONTEXT));
+    let mut outcome = if query.keep_lines {
+        select(collected, query.limits, query.context.min(MAX_CONTEXT))
+    } else {
+        select_files(collected, query.limits)
+    };
     outcome.hidden_skipped = skipped.load(Ordering::Relaxed);
     tracing::debug!(
         pattern = %query.pattern,
@@ -279,8 +359,49 @@ struct Shared<'a> {
     matcher: &'a RegexMatcher,
     context: usize,
     limits: Option<GrepLimits>,
+    multiline: bool,
+    keep_lines: bool,
     cancel: &'a CancellationToken,
     merged: Mutex<Collected>,
+}
+
+/// The ripgrep file types named in `names` (comma-separated), or `None` when not given; an
+/// unknown name is refused with the nearest known ones.
+fn file_types(names: Option<&str>) -> Result<Option<ignore::types::Types>, ToolError> {
+    let Some(names) = names.map(str::trim).filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    let mut b = ignore::types::TypesBuilder::new();
+    b.add_defaults();
+    let known: Vec<String> = b
+        .definitions()
+        .into_iter()
+        .map(|d| d.name().to_string())
+        .collect();
+    for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if !known.iter().any(|k| k == name) {
+            let mut near: Vec<&String> = known
+                .iter()
+                .filter(|k| strsim::jaro_winkler(k, name) > 0.8 || k.starts_with(name))
+                .collect();
+            near.truncate(8);
+            let near: Vec<&str> = near.iter().map(|s| s.as_str()).collect();
+            return Err(ToolError::InvalidArguments(format!(
+                "grep: `type` {name:?} is not a ripgrep file type{}; common ones: rust, py, js, \
+                 ts, go, java, c, cpp, md, json, yaml, toml, sh, html, css (or use file_pattern \
+                 with a glob such as `*.ext`)",
+                if near.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (did you mean {}?)", near.join(", "))
+                }
+            )));
+        }
+        b.select(name);
+    }
+    b.build().map(Some).map_err(|e| {
+        ToolError::InvalidArguments(format!("grep: `type` {names:?} was refused: {e}"))
+    })
 }
 
 #[derive(Default)]
@@ -313,9 +434,14 @@ impl<'s, 'a: 's> ParallelVisitorBuilder<'s> for VisitorBuilder<'s, 'a> {
         b.line_number(true)
             // ripgrep's default for walked files: stop at the first NUL byte, say nothing.
             .binary_detection(BinaryDetection::quit(b'\x00'))
+            .multi_line(self.shared.multiline)
             .before_context(self.shared.context)
             .after_context(self.shared.context);
-        let keep = self.shared.limits.map_or(u64::MAX, |l| l.max_lines as u64);
+        let keep = if self.shared.keep_lines {
+            self.shared.limits.map_or(u64::MAX, |l| l.max_lines as u64)
+        } else {
+            0
+        };
         Box::new(Visitor {
             shared: self.shared,
             searcher: b.build(),
@@ -465,10 +591,14 @@ impl Sink for LineSink {
     type Error = std::io::Error;
 
     fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, Self::Error> {
-        // Without multi-line mode a match is exactly one line.
-        self.matches += 1;
-        if self.matches <= self.keep {
-            self.push(mat.line_number(), mat.bytes(), true);
+        // Without multi-line mode a match is exactly one line; with it, each line it spans
+        // is shown (and counted) as a matching line.
+        let first = mat.line_number();
+        for (i, line) in mat.bytes().split_inclusive(|&b| b == b'\n').enumerate() {
+            self.matches += 1;
+            if self.matches <= self.keep {
+                self.push(first.map(|n| n + i as u64), line, true);
+            }
         }
         Ok(true)
     }
@@ -545,6 +675,21 @@ fn select(mut c: Collected, limits: Option<GrepLimits>, context: usize) -> GrepO
     outcome
 }
 
+/// Sort by path and keep the first `max_files` files (no lines were kept).
+fn select_files(mut c: Collected, limits: Option<GrepLimits>) -> GrepOutcome {
+    c.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    if let Some(l) = limits {
+        c.files.truncate(l.max_files);
+    }
+    GrepOutcome {
+        files: c.files,
+        total_files: c.total_files,
+        total_matches: c.total_matches,
+        searched_files: c.searched,
+        hidden_skipped: 0,
+    }
+}
+
 /// Keep the first `n` matching lines and the context that follows the last of them.
 fn cut_after_matches(lines: &mut Vec<GrepLine>, n: u64, context: usize) {
     let mut seen = 0;
@@ -608,7 +753,7 @@ fn footer(outcome: &GrepOutcome) -> Option<String> {
     let more_files = outcome.total_files - fully_shown;
     Some(format!(
         "[{} more matches in {} files not shown ({} matches in {} files in all); narrow the \
-         pattern or path, or use file_pattern]",
+         pattern or path, use file_pattern or type, or raise head_limit]",
         outcome.total_matches - shown,
         more_files,
         outcome.total_matches,
@@ -656,13 +801,34 @@ impl TypedTool for GrepTool {
             return Err(ToolError::FileNotFound(path.into()));
         }
         let context = args.context.unwrap_or(0).min(MAX_CONTEXT);
+        let mode = args.output_mode.unwrap_or_default();
+        if args.head_limit == Some(0) {
+            return Err(ToolError::InvalidArguments(
+                "grep: `head_limit` is 0; give 1 or more (or leave it out for the default)".into(),
+            ));
+        }
+        let limits = match (mode, args.head_limit) {
+            (OutputMode::Content, None) => GrepLimits::default(),
+            (OutputMode::Content, Some(n)) => GrepLimits {
+                max_files: n,
+                max_lines: n,
+            },
+            (_, n) => GrepLimits {
+                max_files: n.unwrap_or(DEFAULT_FILES_LISTED),
+                max_lines: 0,
+            },
+        };
         let query = GrepQuery {
             pattern: args.pattern.clone(),
             root: root.clone(),
             file_pattern: args.file_pattern.clone(),
             context,
-            limits: Some(GrepLimits::default()),
+            limits: Some(limits),
             hidden: args.hidden,
+            case_insensitive: args.dash_i || args.case_insensitive,
+            file_type: args.file_type.clone(),
+            multiline: args.multiline,
+            keep_lines: mode == OutputMode::Content,
         };
         let env = self.env.clone();
         let outcome =
@@ -670,11 +836,13 @@ impl TypedTool for GrepTool {
         let budget = super::output_budget(&self.env, "grep", ctx.max_output_bytes);
         let hidden_note = walk::hidden_note(outcome.hidden_skipped);
         let output = if outcome.total_matches == 0 {
-            let filter = args
-                .file_pattern
-                .as_deref()
-                .map(|p| format!(" (files matching `{p}`)"))
-                .unwrap_or_default();
+            let mut filter = String::new();
+            if let Some(p) = args.file_pattern.as_deref() {
+                filter.push_str(&format!(" (files matching `{p}`)"));
+            }
+            if let Some(t) = args.file_type.as_deref() {
+                filter.push_str(&format!(" (files of type `{t}`)"));
+            }
             let mut text = format!(
                 "No matches for `{}` in {}{filter} ({} files searched).\n",
                 args.pattern,
@@ -684,8 +852,26 @@ impl TypedTool for GrepTool {
             text.push_str(hidden_note.as_deref().unwrap_or_default());
             text
         } else {
-            let mut text = render(&outcome, context);
-            if let Some(f) = footer(&outcome) {
+            let (mut text, foot) = match mode {
+                OutputMode::Content => (render(&outcome, context), footer(&outcome)),
+                OutputMode::FilesWithMatches => (
+                    outcome
+                        .files
+                        .iter()
+                        .map(|f| format!("{}\n", f.path))
+                        .collect(),
+                    files_footer(&outcome),
+                ),
+                OutputMode::Count => (
+                    outcome
+                        .files
+                        .iter()
+                        .map(|f| format!("{}:{}\n", f.path, f.match_count))
+                        .collect(),
+                    files_footer(&outcome),
+                ),
+            };
+            if let Some(f) = foot {
                 text.push_str(&f);
                 text.push('\n');
             }
@@ -698,16 +884,34 @@ impl TypedTool for GrepTool {
             .iter()
             .map(|f| json!({"path": f.path, "matches": f.match_count}))
             .collect();
+        let truncated = match mode {
+            OutputMode::Content => outcome.truncated(),
+            _ => (outcome.files.len() as u64) < outcome.total_files,
+        };
         let data = json!({
             "files": files,
             "total_matches": outcome.total_matches,
             "total_files": outcome.total_files,
             "searched_files": outcome.searched_files,
-            "truncated": outcome.truncated(),
+            "truncated": truncated,
             "hidden_skipped": outcome.hidden_skipped,
         });
         Ok(ToolResult::ok(output).with_data(data))
     }
+}
+
+/// The footer of `files_with_matches` and `count` when some files are not listed.
+fn files_footer(outcome: &GrepOutcome) -> Option<String> {
+    let shown = outcome.files.len() as u64;
+    (shown < outcome.total_files).then(|| {
+        format!(
+            "[{} more files not shown ({} matches in {} files in all); narrow the pattern or \
+             path, or raise head_limit]",
+            outcome.total_files - shown,
+            outcome.total_matches,
+            outcome.total_files
+        )
+    })
 }
 
 #[cfg(test)]

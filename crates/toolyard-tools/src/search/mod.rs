@@ -26,6 +26,7 @@ use crate::ToolEnv;
 pub use glob::{GlobArgs, GlobHit, GlobOutcome, GlobQuery, GlobTool};
 pub use grep::{
     FileMatches, GrepArgs, GrepLimits, GrepLine, GrepOutcome, GrepQuery, GrepTool, MAX_LINE_CHARS,
+    OutputMode,
 };
 pub use list::{ListDirectoryArgs, ListDirectoryTool, ListFilesArgs, ListFilesTool, TreeEntry};
 pub use pattern::PathGlob;

@@ -1,0 +1,275 @@
+//! read_file beyond text: images as image blocks, PDFs page by page, notebooks cell by cell,
+//! and other binaries refused with what they are.
+
+use std::fs;
+use std::sync::Arc;
+
+use lopdf::content::{Content, Operation};
+use lopdf::{Document, Object, Stream, dictionary};
+use serde_json::{Value, json};
+use toolyard_core::{Catalog, Tool, ToolContext, ToolResult, Typed};
+use toolyard_tools::ToolEnv;
+use toolyard_tools::files::ReadFile;
+
+/// A 1x1 PNG (base64 of the file's bytes).
+const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    env: Arc<ToolEnv>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join(".test-state");
+        let env = Arc::new(
+            ToolEnv::open_with_state(dir.path(), Catalog::builtin(), Some(&state))
+                .expect("open env"),
+        );
+        Self { dir, env }
+    }
+
+    fn write(&self, rel: &str, content: &[u8]) {
+        fs::write(self.dir.path().join(rel), content).expect("write");
+    }
+
+    async fn read(&self, args: Value) -> ToolResult {
+        let ctx = ToolContext::new(self.env.workspace.root(), "read-media-test");
+        ToolResult::from(
+            Typed(ReadFile::new(self.env.clone()))
+                .invoke(args, &ctx)
+                .await,
+        )
+    }
+}
+
+fn png() -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(PNG_1X1)
+        .expect("png base64")
+}
+
+#[tokio::test]
+async fn a_png_comes_back_as_an_image_with_a_line_saying_what_it_is() {
+    let f = Fixture::new();
+    f.write("dot.png", &png());
+    let r = f.read(json!({"path": "dot.png"})).await;
+    assert!(r.success, "{}", r.output);
+    assert!(r.output.contains("PNG, 1x1 pixels"), "{}", r.output);
+    assert!(r.output.contains("returned as an image"), "{}", r.output);
+    assert_eq!(r.images.len(), 1);
+    assert_eq!(r.images[0].mime_type, "image/png");
+    assert_eq!(r.images[0].data, PNG_1X1);
+}
+
+#[tokio::test]
+async fn gif_jpeg_and_webp_are_known_by_their_magic_bytes_not_their_names() {
+    let f = Fixture::new();
+    let mut gif = b"GIF89a\x02\x00\x03\x00\x00\x00\x00".to_vec();
+    gif.extend_from_slice(&[0; 16]);
+    f.write("a.dat", &gif);
+    f.write(
+        "b.bin",
+        b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01",
+    );
+    f.write("c", b"RIFF\x24\x00\x00\x00WEBPVP8 \x18\x00\x00\x00");
+    for (path, mime) in [
+        ("a.dat", "image/gif"),
+        ("b.bin", "image/jpeg"),
+        ("c", "image/webp"),
+    ] {
+        let r = f.read(json!({"path": path})).await;
+        assert!(r.success, "{path}: {}", r.output);
+        assert_eq!(
+            r.images.first().map(|i| i.mime_type.as_str()),
+            Some(mime),
+            "{path}"
+        );
+    }
+    let r = f.read(json!({"path": "a.dat"})).await;
+    assert!(r.output.contains("GIF, 2x3 pixels"), "{}", r.output);
+}
+
+#[tokio::test]
+async fn an_image_over_the_cap_is_refused_with_its_size_and_what_to_do() {
+    let f = Fixture::new();
+    let mut big = png();
+    big.resize(6_000_000, 0);
+    f.write("big.png", &big);
+    let r = f.read(json!({"path": "big.png"})).await;
+    assert!(!r.success);
+    assert!(r.output.contains("6000000 bytes"), "{}", r.output);
+    assert!(r.output.contains("-resize"), "{}", r.output);
+    assert!(r.images.is_empty());
+}
+
+/// A PDF of `pages` pages, page N saying "This is page N".
+fn pdf(pages: u32) -> Vec<u8> {
+    let mut doc = Document::with_version("1.5");
+    let pages_id = doc.new_object_id();
+    let font_id = doc.add_object(dictionary! {
+        "Type" => "Font",
+        "Subtype" => "Type1",
+        "BaseFont" => "Courier",
+        "Encoding" => "WinAnsiEncoding",
+    });
+    let resources_id = doc.add_object(dictionary! {"Font" => dictionary! {"F1" => font_id}});
+    let mut kids = Vec::new();
+    for n in 1..=pages {
+        let content = Content {
+            operations: vec![
+                Operation::new("BT", vec![]),
+                Operation::new("Tf", vec!["F1".into(), 12.into()]),
+                Operation::new("Td", vec![72.into(), 700.into()]),
+                Operation::new(
+                    "Tj",
+                    vec![Object::string_literal(format!("This is page {n}"))],
+                ),
+                Operation::new("ET", vec![]),
+            ],
+        };
+        let content_id = doc.add_object(Stream::new(
+            dictionary! {},
+            content.encode().expect("encode"),
+        ));
+        let page_id = doc.add_object(dictionary! {
+            "Type" => "Page",
+            "Parent" => pages_id,
+            "Contents" => content_id,
+        });
+        kids.push(page_id.into());
+    }
+    doc.objects.insert(
+        pages_id,
+        Object::Dictionary(dictionary! {
+            "Type" => "Pages",
+            "Kids" => kids,
+            "Count" => pages,
+            "Resources" => resources_id,
+            "MediaBox" => vec![0.into(), 0.into(), 595.into(), 842.into()],
+        }),
+    );
+    let catalog_id = doc.add_object(dictionary! {"Type" => "Catalog", "Pages" => pages_id});
+    doc.trailer.set("Root", catalog_id);
+    let mut out = Vec::new();
+    doc.save_to(&mut out).expect("save pdf");
+    out
+}
+
+#[tokio::test]
+async fn a_pdf_is_read_page_by_page() {
+    let f = Fixture::new();
+    f.write("doc.pdf", &pdf(5));
+    let all = f.read(json!({"path": "doc.pdf"})).await;
+    assert!(all.success, "{}", all.output);
+    assert!(
+        all.output
+            .starts_with("PDF doc.pdf: 5 pages; showing pages 1-5."),
+        "{}",
+        all.output
+    );
+    assert!(
+        all.output.contains("--- page 1 ---\nThis is page 1"),
+        "{}",
+        all.output
+    );
+    assert!(
+        all.output.contains("--- page 5 ---\nThis is page 5"),
+        "{}",
+        all.output
+    );
+
+    let some = f.read(json!({"path": "doc.pdf", "pages": "2-3"})).await;
+    assert!(some.success, "{}", some.output);
+    assert!(
+        some.output.contains("showing pages 2-3."),
+        "{}",
+        some.output
+    );
+    assert!(some.output.contains("This is page 2") && some.output.contains("This is page 3"));
+    assert!(!some.output.contains("This is page 1") && !some.output.contains("This is page 4"));
+
+    let one = f.read(json!({"path": "doc.pdf", "pages": "5"})).await;
+    assert!(one.output.contains("showing page 5."), "{}", one.output);
+
+    let past = f.read(json!({"path": "doc.pdf", "pages": "9"})).await;
+    assert!(!past.success);
+    assert!(past.output.contains("has 5 pages"), "{}", past.output);
+
+    f.write("notes.txt", b"plain\n");
+    let text = f.read(json!({"path": "notes.txt", "pages": "1"})).await;
+    assert!(!text.success);
+    assert!(text.output.contains("PDF files only"), "{}", text.output);
+}
+
+#[tokio::test]
+async fn a_notebook_shows_numbered_cells_with_their_outputs() {
+    let f = Fixture::new();
+    let nb = json!({
+        "nbformat": 4, "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": ["# Title\n", "Some prose."]},
+            {"cell_type": "code", "execution_count": 1, "metadata": {}, "source": "print('hi')",
+             "outputs": [{"output_type": "stream", "name": "stdout", "text": ["hi\n"]}]},
+            {"cell_type": "code", "execution_count": 2, "metadata": {}, "source": ["plot()"],
+             "outputs": [{"output_type": "display_data", "metadata": {},
+                          "data": {"image/png": "iVBOR...", "text/plain": ["<Figure>"]}}]},
+            {"cell_type": "code", "execution_count": 3, "metadata": {}, "source": "1/0",
+             "outputs": [{"output_type": "error", "ename": "ZeroDivisionError",
+                          "evalue": "division by zero",
+                          "traceback": ["\u{1b}[0;31mZeroDivisionError\u{1b}[0m: division by zero"]}]}
+        ]
+    });
+    f.write("nb.ipynb", nb.to_string().as_bytes());
+    let r = f.read(json!({"path": "nb.ipynb"})).await;
+    assert!(r.success, "{}", r.output);
+    let expected = "Notebook nb.ipynb: 4 cells (python).\n\
+        --- cell 1 [markdown] ---\n# Title\nSome prose.\n\
+        --- cell 2 [code] (execution 1) ---\nprint('hi')\n--- output ---\nhi\n\
+        --- cell 3 [code] (execution 2) ---\nplot()\n--- output ---\n[image: image/png]\n<Figure>\n\
+        --- cell 4 [code] (execution 3) ---\n1/0\n--- output ---\nZeroDivisionError: division by zero\n";
+    assert_eq!(r.output, expected);
+}
+
+#[tokio::test]
+async fn other_binaries_are_refused_with_what_they_are_and_what_to_do() {
+    let f = Fixture::new();
+    let mut zip = b"PK\x03\x04\x14\x00\x00\x00".to_vec();
+    zip.extend_from_slice(&[0; 64]);
+    f.write("bundle.docx", &zip);
+    let r = f.read(json!({"path": "bundle.docx"})).await;
+    assert!(!r.success);
+    assert_eq!(r.error_kind.as_deref(), Some("binary"));
+    assert!(r.output.contains("a ZIP archive"), "{}", r.output);
+    assert!(r.output.contains("unzip -l bundle.docx"), "{}", r.output);
+
+    let mut elf = b"\x7fELF\x02\x01\x01".to_vec();
+    elf.extend_from_slice(&[0; 64]);
+    f.write("prog", &elf);
+    let r = f.read(json!({"path": "prog"})).await;
+    assert!(r.output.contains("an ELF executable"), "{}", r.output);
+
+    f.write("blob", &[0u8, 1, 2, 3, 0, 0, 9]);
+    let r = f.read(json!({"path": "blob"})).await;
+    assert!(r.output.contains("non-text bytes"), "{}", r.output);
+    assert!(r.output.contains("file blob"), "{}", r.output);
+}
+
+#[tokio::test]
+async fn text_still_reads_as_numbered_lines() {
+    let f = Fixture::new();
+    // Shorter than the 16 sniffed bytes, and longer: both come back whole.
+    f.write("short.txt", b"hi\n");
+    f.write("long.txt", b"first line of text\nsecond\n");
+    assert_eq!(
+        f.read(json!({"path": "short.txt"})).await.output,
+        "     1|hi\n"
+    );
+    assert_eq!(
+        f.read(json!({"path": "long.txt"})).await.output,
+        "     1|first line of text\n     2|second\n"
+    );
+}

@@ -1,0 +1,47 @@
+"""read_file of an image through a real MCP client: an ImageContent beside a short text line."""
+
+from __future__ import annotations
+
+import base64
+
+import anyio
+import pytest
+from mcp.types import ImageContent, TextContent
+
+from conftest import MODES, connect, text_of
+
+pytestmark = pytest.mark.anyio
+
+# A 1x1 PNG.
+PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_an_image_comes_back_as_image_content(workspace, state_dir, transport, mode):
+    (workspace / "dot.png").write_bytes(base64.b64decode(PNG_1X1))
+    async with connect(transport, mode, workspace, state_dir) as client:
+        with anyio.fail_after(60):
+            r = await client.call_tool("read_file", {"path": "dot.png"})
+    assert not r.is_error, text_of(r)
+    texts = [c for c in r.content if isinstance(c, TextContent)]
+    images = [c for c in r.content if isinstance(c, ImageContent)]
+    assert len(texts) == 1 and "PNG, 1x1 pixels" in texts[0].text, r.content
+    assert len(images) == 1, r.content
+    assert images[0].mime_type == "image/png"
+    assert images[0].data == PNG_1X1
+    # Clients that show structuredContent still learn an image was returned, without its bytes.
+    structured = r.structured_content or {}
+    assert "returned as an image" in structured.get("output", ""), structured
+    assert PNG_1X1 not in str(structured)
+
+
+async def test_grep_modes_reach_the_client(workspace, state_dir):
+    (workspace / "b.py").write_text("hello there\n")
+    async with connect("stdio", "legacy", workspace, state_dir) as client:
+        with anyio.fail_after(60):
+            r = await client.call_tool(
+                "grep", {"pattern": "HELLO", "-i": True, "output_mode": "files_with_matches"}
+            )
+    assert not r.is_error, text_of(r)
+    assert text_of(r) == "b.py\nhello.txt\n"
