@@ -449,3 +449,27 @@ async fn bash_keeps_its_session_and_restarts_clean() {
     let r = bash(json!({})).await;
     assert!(failed(&r).starts_with("Error: no command provided."));
 }
+
+#[tokio::test]
+async fn the_anthropic_export_is_the_schema_less_built_in_form() {
+    let f = Fixture::new(&[]);
+    let defs: Vec<toolyard_core::ToolDefinition> = f
+        .tools
+        .iter()
+        .map(|t| toolyard_core::ToolDefinition::of(t.as_ref(), None))
+        .collect();
+    let exported = toolyard_core::export(&defs, toolyard_core::SchemaFormat::Anthropic);
+    let mut got: Vec<Value> = exported.as_array().unwrap().clone();
+    got.sort_by_key(|t| t["name"].as_str().unwrap().to_string());
+    assert_eq!(
+        got,
+        [
+            json!({"type": "bash_20250124", "name": "bash"}),
+            json!({"type": "text_editor_20250728", "name": EDITOR}),
+            json!({"type": "text_editor_20250124", "name": OLD_EDITOR}),
+        ]
+    );
+    // The MCP form still carries the full schema.
+    let mcp = defs.iter().find(|d| d.name == EDITOR).unwrap().to_mcp();
+    assert!(mcp["inputSchema"]["properties"]["insert_text"].is_object());
+}

@@ -184,6 +184,10 @@ impl TypedTool for TextEditor {
         Annotations::MUTATING
     }
 
+    fn anthropic_type(&self) -> Option<&str> {
+        Some(self.version.api_type())
+    }
+
     async fn run(&self, args: TextEditorArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         match self.exec(args, ctx).await {
             Ok(r) => Ok(r),
@@ -749,6 +753,10 @@ impl TypedTool for AnthropicBash {
 
     fn annotations(&self) -> Annotations {
         Annotations::COMMAND
+    }
+
+    fn anthropic_type(&self) -> Option<&str> {
+        Some("bash_20250124")
     }
 
     async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
