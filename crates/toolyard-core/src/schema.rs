@@ -92,6 +92,9 @@ pub struct ToolDefinition {
     /// The tool's grammar-constrained raw-text form, for the APIs that have one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub freeform: Option<Freeform>,
+    /// The Anthropic API built-in tool type this tool implements (`text_editor_20250728`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anthropic_type: Option<String>,
 }
 
 /// A freeform (raw text, grammar-constrained) form of a tool: OpenAI's custom tools. The model
@@ -157,6 +160,7 @@ impl ToolDefinition {
             result_is_data,
             annotations: tool.annotations(),
             freeform: tool.freeform(),
+            anthropic_type: tool.anthropic_type().map(str::to_string),
         }
     }
 
@@ -210,8 +214,12 @@ impl ToolDefinition {
         })
     }
 
-    /// Anthropic tool form (`{"name","description","input_schema"}`).
+    /// Anthropic tool form (`{"name","description","input_schema"}`), or the schema-less
+    /// `{"type","name"}` of a built-in tool the model was trained on.
     pub fn to_anthropic(&self) -> Value {
+        if let Some(t) = &self.anthropic_type {
+            return json!({"type": t, "name": self.name});
+        }
         json!({
             "name": self.name,
             "description": self.description,

@@ -189,6 +189,10 @@ pub trait Tool: Send + Sync {
     fn freeform(&self) -> Option<crate::schema::Freeform> {
         None
     }
+    /// The Anthropic API built-in tool type it implements, for the Anthropic export.
+    fn anthropic_type(&self) -> Option<&str> {
+        None
+    }
     /// Run the call. An `Err` is a result the model reads, not a crash.
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
 }
@@ -224,6 +228,10 @@ pub trait TypedTool: Send + Sync + 'static {
     }
     /// The tool's freeform form (see [`Tool::freeform`]).
     fn freeform(&self) -> Option<crate::schema::Freeform> {
+        None
+    }
+    /// The Anthropic built-in tool type (see [`Tool::anthropic_type`]).
+    fn anthropic_type(&self) -> Option<&str> {
         None
     }
     /// Run the call with parsed arguments.
@@ -264,6 +272,9 @@ impl<T: TypedTool> Tool for Typed<T> {
     }
     fn freeform(&self) -> Option<crate::schema::Freeform> {
         self.0.freeform()
+    }
+    fn anthropic_type(&self) -> Option<&str> {
+        self.0.anthropic_type()
     }
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let name = self.0.name();

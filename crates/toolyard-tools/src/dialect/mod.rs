@@ -12,10 +12,12 @@ use toolyard_core::{Tool, ToolError};
 use crate::ToolEnv;
 use crate::command::CommandEnv;
 
+mod anthropic;
 mod codex;
 mod loom;
 mod loom_py;
 
+pub use anthropic::{AnthropicBash, EditorVersion, TextEditor, TextEditorArgs};
 pub use codex::{APPLY_PATCH_FREEFORM_DESCRIPTION, APPLY_PATCH_LARK, ApplyPatch, ApplyPatchArgs};
 pub use loom::{Bash, LoomEditFile, LoomReadFile};
 pub use loom_py::{PyEditFile, PyReadFile, SearchFiles, ShellExecute};
@@ -32,15 +34,18 @@ pub enum Dialect {
     LoomPy,
     /// OpenAI Codex CLI: apply_patch {input}.
     Codex,
+    /// Anthropic's API tools: str_replace_based_edit_tool, str_replace_editor, bash.
+    Anthropic,
 }
 
 impl Dialect {
     /// Every dialect.
-    pub const ALL: [Dialect; 4] = [
+    pub const ALL: [Dialect; 5] = [
         Dialect::Loopr,
         Dialect::Loom,
         Dialect::LoomPy,
         Dialect::Codex,
+        Dialect::Anthropic,
     ];
 
     /// The dialect's name on the command line.
@@ -50,6 +55,7 @@ impl Dialect {
             Dialect::Loom => "loom",
             Dialect::LoomPy => "loom-py",
             Dialect::Codex => "codex",
+            Dialect::Anthropic => "anthropic",
         }
     }
 }
@@ -68,8 +74,9 @@ impl std::str::FromStr for Dialect {
             "loom" => Ok(Dialect::Loom),
             "loom-py" | "loom_py" => Ok(Dialect::LoomPy),
             "codex" => Ok(Dialect::Codex),
+            "anthropic" => Ok(Dialect::Anthropic),
             other => Err(format!(
-                "unknown dialect `{other}`; expected loopr, loom, loom-py or codex"
+                "unknown dialect `{other}`; expected loopr, loom, loom-py, codex or anthropic"
             )),
         }
     }
@@ -136,6 +143,8 @@ fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
         (Dialect::Loom, "list_files") => "list_directory",
         (Dialect::LoomPy, "search_files") => "grep",
         (Dialect::Codex, "apply_patch") => "edit_file",
+        (Dialect::Anthropic, "str_replace_based_edit_tool" | "str_replace_editor") => "edit_file",
+        (Dialect::Anthropic, "bash") => "shell",
         (_, other) => other,
     };
     ENGINES.iter().find(|e| **e == engine).copied()
@@ -180,6 +189,7 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
             v.extend(shared(&["undo"]));
             v
         }
+        Dialect::Anthropic => anthropic::tools(env, commands),
     };
     chosen
         .into_iter()
