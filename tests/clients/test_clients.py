@@ -60,12 +60,20 @@ NET_PROBE = (
 )
 
 
+# A 1x1 red PNG.
+PIXEL_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de"
+    "0000000c49444154789c63f8cfc0000003010100c9fe92ef0000000049454e44ae426082"
+)
+
+
 def loopr_script(page_url: str, forbidden_url: str) -> list[dict]:
     """The default (loopr) dialect: one conversation exercising every tool, each step
     named (`name`, which the model server ignores) so tests can find its result."""
     net_probe = f"{NET_PROBE} {page_url}"
     return [
         {"name": "read", "tool": "read_file", "args": {"path": "notes.txt"}},
+        {"name": "image", "tool": "read_file", "args": {"path": "pixel.png"}},
         {
             "name": "read_window",
             "tool": "read_file",
@@ -245,6 +253,13 @@ def _text_of(content) -> str:
     return "\n".join(parts)
 
 
+def _kinds(content) -> list[str]:
+    """The types of a tool result's content blocks (`text`, `image`, `input_image`, ...)."""
+    if isinstance(content, str):
+        return ["text"]
+    return [b.get("type", "?") for b in content or [] if isinstance(b, dict)]
+
+
 def _find_result(client: str, body, want: str) -> dict | None:
     if not isinstance(body, dict):
         return None
@@ -257,12 +272,17 @@ def _find_result(client: str, body, want: str) -> dict | None:
                     return {
                         "raw": _text_of(block.get("content")),
                         "is_error": bool(block.get("is_error")),
+                        "kinds": _kinds(block.get("content")),
                     }
     else:
         inp = body.get("input")
         for item in inp if isinstance(inp, list) else []:
             if item.get("type") == "function_call_output" and item.get("call_id") == want:
-                return {"raw": _text_of(item.get("output")), "is_error": None}
+                return {
+                    "raw": _text_of(item.get("output")),
+                    "is_error": None,
+                    "kinds": _kinds(item.get("output")),
+                }
     return None
 
 
@@ -326,6 +346,7 @@ def _run(cmd: list[str], env: dict, cwd: Path, timeout: int = 60) -> subprocess.
 def _make_workspace(ws: Path) -> None:
     (ws / "src" / "deep").mkdir(parents=True)
     (ws / "notes.txt").write_text(NOTES)
+    (ws / "pixel.png").write_bytes(PIXEL_PNG)
     (ws / "rows.txt").write_text("".join(f"row {i:03d}\n" for i in range(1, 61)))
     (ws / "src" / "lib.rs").write_text("pub fn alpha() -> u32 {\n    7 // MARKER_GAMMA in lib\n}\n")
     (ws / "src" / "deep" / "unicorn_module.rs").write_text("pub fn unicorn() {}\n")
@@ -645,6 +666,13 @@ def test_run_command_isolated_output_and_no_network(loopr: Transcript):
     # The page server on loopback answers run_command; the isolated one cannot reach it.
     assert any(ln.startswith("NET_BLOCKED") for ln in lines), lines
     assert "NET_REACHED" not in lines, lines
+
+
+def test_a_png_reaches_the_model_as_an_image(loopr: Transcript):
+    res = loopr.result(STEP["image"])
+    # Claude Code sends an `image` block, Codex an `input_image` item, beside the text.
+    assert any("image" in k for k in res["kinds"]), res
+    assert "returned as an image" in output(res), res
 
 
 def test_background_process_through_the_process_tools(loopr: Transcript):

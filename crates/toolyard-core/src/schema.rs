@@ -140,7 +140,9 @@ impl ToolDefinition {
     /// The definition of `tool`, with `description` overriding the tool's own when given.
     pub fn of(tool: &dyn Tool, description: Option<&str>) -> Self {
         let result_is_data = tool.result_is_data() && tool.output_schema().is_some();
-        let output_schema = if result_is_data {
+        let output_schema = if tool.returns_images() {
+            None
+        } else if result_is_data {
             tool.output_schema()
         } else {
             Some(result_envelope_schema(tool.output_schema()))

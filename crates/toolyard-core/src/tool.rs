@@ -193,6 +193,12 @@ pub trait Tool: Send + Sync {
     fn anthropic_type(&self) -> Option<&str> {
         None
     }
+    /// Whether a result may carry images. Such a tool declares no output schema: a result with
+    /// an image then goes without `structuredContent`, which clients (Codex) would show in
+    /// place of the image.
+    fn returns_images(&self) -> bool {
+        false
+    }
     /// Run the call. An `Err` is a result the model reads, not a crash.
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
 }
@@ -233,6 +239,10 @@ pub trait TypedTool: Send + Sync + 'static {
     /// The Anthropic built-in tool type (see [`Tool::anthropic_type`]).
     fn anthropic_type(&self) -> Option<&str> {
         None
+    }
+    /// Whether a result may carry images (see [`Tool::returns_images`]).
+    fn returns_images(&self) -> bool {
+        false
     }
     /// Run the call with parsed arguments.
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
@@ -275,6 +285,9 @@ impl<T: TypedTool> Tool for Typed<T> {
     }
     fn anthropic_type(&self) -> Option<&str> {
         self.0.anthropic_type()
+    }
+    fn returns_images(&self) -> bool {
+        self.0.returns_images()
     }
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let name = self.0.name();

@@ -302,7 +302,11 @@ pub fn to_call_result(result: ToolResult, result_is_data: bool) -> CallToolResul
     }
     let mut out = CallToolResult::success(blocks);
     out.is_error = Some(!result.success);
-    out.structured_content = if result_is_data {
+    out.structured_content = if !result.images.is_empty() {
+        // Clients that prefer structuredContent (Codex) would show it instead of the image;
+        // tools that return images declare no output schema, so none is owed.
+        None
+    } else if result_is_data {
         // The text is this JSON already. A failure has no data: its text is the whole story,
         // and clients fall back to the text when structured content is absent.
         result.data.filter(|_| result.success)
@@ -661,7 +665,7 @@ mod tests {
     }
 
     #[test]
-    fn an_image_becomes_an_image_block_and_stays_out_of_structured_content() {
+    fn an_image_becomes_an_image_block_and_the_result_has_no_structured_form() {
         let r = ToolResult::ok("PNG image, 1x1 pixels").with_image(toolyard_core::Image {
             data: "iVBORw0=".into(),
             mime_type: "image/png".into(),
@@ -672,9 +676,8 @@ mod tests {
         assert_eq!(content[1]["type"], json!("image"));
         assert_eq!(content[1]["data"], json!("iVBORw0="));
         assert_eq!(content[1]["mimeType"], json!("image/png"));
-        let structured = out.structured_content.unwrap_or_default();
-        assert_eq!(structured["output"], json!("PNG image, 1x1 pixels"));
-        assert!(structured.get("images").is_none(), "{structured}");
+        // Codex shows structuredContent instead of the blocks: with it the image would be lost.
+        assert!(out.structured_content.is_none());
     }
 
     #[test]
@@ -713,7 +716,15 @@ mod tests {
         sorted.sort();
         assert_eq!(names, sorted, "tools/list must be deterministic (sorted)");
         assert!(tools.iter().all(|t| t.annotations.is_some()));
-        // Every result has a declared structured form, so a client knows `output` is in it.
-        assert!(tools.iter().all(|t| t.output_schema.is_some()));
+        // Every result has a declared structured form, so a client knows `output` is in it,
+        // except where a result may be an image (then it goes as content blocks only).
+        for t in &tools {
+            assert_eq!(
+                t.output_schema.is_some(),
+                t.name != "read_file",
+                "{}: output schema",
+                t.name
+            );
+        }
     }
 }

@@ -256,6 +256,10 @@ impl TypedTool for ReadFile {
         Annotations::READ_ONLY
     }
 
+    fn returns_images(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: ReadFileArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let ws = &self.env.workspace;
         let rel = ws.locate(&args.path, &ctx.cwd)?;
