@@ -37,11 +37,18 @@ pub struct Replacement {
     pub len: usize,
     /// 1-indexed line where the new text starts.
     pub line: usize,
+    /// Which difference was forgiven when old_string did not match exactly (e.g. "matched
+    /// ignoring trailing whitespace"); None for an exact match.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forgiven: Option<&'static str>,
 }
 
 /// Replace `old` by `new` in `content` (once, or everywhere with `replace_all`), byte-exactly.
 /// When the file uses CRLF and `old` has bare `\n`, both strings are matched in CRLF form, so
-/// line endings survive. Errors carry a message that shows the nearest candidate lines.
+/// line endings survive. When there is no exact match, near misses are tried in order (line
+/// endings, trailing whitespace, a uniform indentation offset, blank lines) and the first level
+/// that matches is applied only if it matches exactly one place. Errors carry a message that
+/// shows the nearest candidate lines.
 pub fn apply_edit(
     path: &str,
     content: &[u8],
@@ -77,7 +84,12 @@ pub fn apply_edit(
         }
     }
     match distinct.len() {
-        0 => return Err(not_found(path, content, old)),
+        0 => {
+            return match forgive(path, content, old, new)? {
+                Some(done) => Ok(done),
+                None => Err(not_found(path, content, old)),
+            };
+        }
         1 => {}
         n if !replace_all => {
             let lines: Vec<String> = distinct
@@ -102,6 +114,7 @@ pub fn apply_edit(
             offset: out.len(),
             len: new_b.len(),
             line: 0,
+            forgiven: None,
         });
         out.extend_from_slice(&new_b);
         last = p + old_b.len();
@@ -111,6 +124,326 @@ pub fn apply_edit(
         r.line = line_of(&out, r.offset);
     }
     Ok((out, reps))
+}
+
+/// A difference forgiven when old_string is not found exactly, tried in this order; each level
+/// also forgives the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slack {
+    LineEndings,
+    TrailingSpace,
+    Indentation,
+    BlankLines,
+}
+
+impl Slack {
+    const ALL: [Slack; 4] = [
+        Slack::LineEndings,
+        Slack::TrailingSpace,
+        Slack::Indentation,
+        Slack::BlankLines,
+    ];
+
+    /// What the result says was forgiven.
+    fn note(self) -> &'static str {
+        match self {
+            Slack::LineEndings => "matched ignoring line endings",
+            Slack::TrailingSpace => "matched ignoring trailing whitespace",
+            Slack::Indentation => "matched ignoring a uniform indentation offset",
+            Slack::BlankLines => "matched ignoring blank lines",
+        }
+    }
+
+    /// The difference named in a refusal.
+    fn what(self) -> &'static str {
+        match self {
+            Slack::LineEndings => "line endings",
+            Slack::TrailingSpace => "trailing whitespace",
+            Slack::Indentation => "indentation",
+            Slack::BlankLines => "blank lines",
+        }
+    }
+}
+
+/// How the matched file text is indented relative to old_string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shift {
+    /// Same indentation.
+    Same,
+    /// The file has this prefix in front of every non-blank line of old_string.
+    Add(String),
+    /// old_string has this prefix in front of every non-blank line of the file.
+    Remove(String),
+}
+
+/// One line of the file: byte range of its text (without terminator) and where the next starts.
+struct FileLine<'a> {
+    start: usize,
+    end: usize,
+    next: usize,
+    text: &'a str,
+    crlf: bool,
+}
+
+fn is_blank(s: &str) -> bool {
+    s.trim().is_empty()
+}
+
+/// Lines of `text` (which starts at byte `base` of the file), with their ranges.
+fn file_lines(text: &str, base: usize) -> Vec<FileLine<'_>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < text.len() {
+        let (end, next) = match text[at..].find('\n') {
+            Some(i) => (at + i, at + i + 1),
+            None => (text.len(), text.len()),
+        };
+        let crlf = next > end && end > at && text.as_bytes()[end - 1] == b'\r';
+        let body_end = if crlf { end - 1 } else { end };
+        out.push(FileLine {
+            start: base + at,
+            end: base + body_end,
+            next: base + next,
+            text: &text[at..body_end],
+            crlf,
+        });
+        at = next;
+    }
+    out
+}
+
+/// Compare one file line with one old_string line at `level`; the indentation shift it implies.
+fn line_shift(level: Slack, file: &str, old: &str) -> Option<Shift> {
+    if level == Slack::LineEndings {
+        return (file == old).then_some(Shift::Same);
+    }
+    let (f, o) = (file.trim_end(), old.trim_end());
+    if f == o {
+        return Some(Shift::Same);
+    }
+    if level == Slack::TrailingSpace || f.is_empty() || o.is_empty() {
+        return None;
+    }
+    if let Some(p) = f.strip_suffix(o)
+        && p.chars().all(|c| c == ' ' || c == '\t')
+    {
+        return Some(Shift::Add(p.to_string()));
+    }
+    if let Some(p) = o.strip_suffix(f)
+        && p.chars().all(|c| c == ' ' || c == '\t')
+    {
+        return Some(Shift::Remove(p.to_string()));
+    }
+    None
+}
+
+/// Match old lines against file lines pairwise: blank against blank, the rest by `line_shift`,
+/// all with one and the same shift.
+fn pairs_match<'a>(level: Slack, pairs: impl Iterator<Item = (&'a str, &'a str)>) -> Option<Shift> {
+    let mut shift = Shift::Same;
+    let mut seen = false;
+    for (f, o) in pairs {
+        if level != Slack::LineEndings && (is_blank(f) || is_blank(o)) {
+            if is_blank(f) && is_blank(o) {
+                continue;
+            }
+            return None;
+        }
+        let s = line_shift(level, f, o)?;
+        if !seen {
+            shift = s;
+            seen = true;
+        } else if s != shift {
+            return None;
+        }
+    }
+    Some(shift)
+}
+
+/// The new content and the replacements made in it.
+type Edited = (Vec<u8>, Vec<Replacement>);
+
+/// A near-miss match: file lines `first..=last` and the shift to apply to new_string.
+struct NearMatch {
+    first: usize,
+    last: usize,
+    shift: Shift,
+}
+
+/// Every place `old` (split in lines) matches the file at `level`.
+fn near_matches(level: Slack, lines: &[FileLine<'_>], old: &[&str]) -> Vec<NearMatch> {
+    let mut found = Vec::new();
+    if level != Slack::BlankLines {
+        let k = old.len();
+        if k == 0 || k > lines.len() {
+            return found;
+        }
+        for i in 0..=lines.len() - k {
+            let pairs = lines[i..i + k]
+                .iter()
+                .map(|l| l.text)
+                .zip(old.iter().copied());
+            if let Some(shift) = pairs_match(level, pairs) {
+                found.push(NearMatch {
+                    first: i,
+                    last: i + k - 1,
+                    shift,
+                });
+            }
+        }
+        return found;
+    }
+    // Blank lines: the non-blank lines in order, any number of blank lines between them.
+    let wanted: Vec<&str> = old.iter().copied().filter(|l| !is_blank(l)).collect();
+    let Some(&head) = wanted.first() else {
+        return found;
+    };
+    for i in 0..lines.len() {
+        if line_shift(level, lines[i].text, head).is_none() {
+            continue;
+        }
+        let mut taken = Vec::with_capacity(wanted.len());
+        let mut p = i;
+        for _ in &wanted {
+            while p < lines.len() && is_blank(lines[p].text) {
+                p += 1;
+            }
+            if p == lines.len() {
+                break;
+            }
+            taken.push(p);
+            p += 1;
+        }
+        if taken.len() != wanted.len() {
+            break;
+        }
+        let pairs = taken
+            .iter()
+            .map(|&t| lines[t].text)
+            .zip(wanted.iter().copied());
+        if let Some(shift) = pairs_match(level, pairs) {
+            found.push(NearMatch {
+                first: i,
+                last: p - 1,
+                shift,
+            });
+        }
+    }
+    found
+}
+
+/// new_string re-indented by `shift`, with the file's line ending.
+fn reshape(new: &str, shift: &Shift, eol: &str) -> String {
+    let lines: Vec<String> = new
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .map(|l| match shift {
+            _ if is_blank(l) => l.to_string(),
+            Shift::Same => l.to_string(),
+            Shift::Add(p) => format!("{p}{l}"),
+            Shift::Remove(p) => match l.strip_prefix(p.as_str()) {
+                Some(rest) => rest.to_string(),
+                // Less indented than the offset: drop what indentation it has.
+                None => {
+                    let ws = l.len() - l.trim_start_matches([' ', '\t']).len();
+                    if p.starts_with(&l[..ws]) {
+                        l[ws..].to_string()
+                    } else {
+                        l.to_string()
+                    }
+                }
+            },
+        })
+        .collect();
+    lines.join(eol)
+}
+
+/// Try the near-miss levels in order. Ok(None) when none matches anywhere; an error when the
+/// first level that matches matches more than one place.
+fn forgive(path: &str, content: &[u8], old: &str, new: &str) -> Result<Option<Edited>, ToolError> {
+    // Only text: a non-UTF-8 file gets no guessing.
+    let Ok(text) = std::str::from_utf8(content) else {
+        return Ok(None);
+    };
+    if is_blank(old) {
+        return Ok(None);
+    }
+    let base = if text.starts_with('\u{FEFF}') { 3 } else { 0 };
+    let lines = file_lines(&text[base..], base);
+    let old_ends_nl = old.ends_with('\n');
+    let mut old_lines: Vec<&str> = old
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .collect();
+    if old_ends_nl {
+        old_lines.pop();
+    }
+    for level in Slack::ALL {
+        let found = near_matches(level, &lines, &old_lines);
+        let m = match found.len() {
+            0 => continue,
+            1 => &found[0],
+            n => {
+                let at: Vec<String> = found
+                    .iter()
+                    .take(20)
+                    .map(|m| (m.first + 1).to_string())
+                    .collect();
+                return Err(ToolError::Conflict(format!(
+                    "old_string was not found exactly in {path}; ignoring {} it matches {n} \
+                     places (at lines {}), so nothing was changed. Copy the exact text from \
+                     read_file and include more surrounding lines to make it unique",
+                    level.what(),
+                    at.join(", ")
+                )));
+            }
+        };
+        let (first, last) = (&lines[m.first], &lines[m.last]);
+        let eol = if first.crlf { "\r\n" } else { "\n" };
+        let mut new_text = new;
+        if level == Slack::BlankLines {
+            // Blank lines at old_string's edges were not matched; drop the same ones from new.
+            for _ in old_lines.iter().take_while(|l| is_blank(l)) {
+                match new_text.split_once('\n') {
+                    Some((h, rest)) if is_blank(h) => new_text = rest,
+                    _ => break,
+                }
+            }
+            for _ in old_lines.iter().rev().take_while(|l| is_blank(l)) {
+                let nl = usize::from(old_ends_nl && new_text.ends_with('\n'));
+                let body = &new_text[..new_text.len() - nl];
+                match body.rsplit_once('\n') {
+                    Some((rest, tail)) if is_blank(tail) => {
+                        new_text = &new_text[..rest.len() + nl];
+                    }
+                    _ => break,
+                }
+            }
+        }
+        let end = if old_ends_nl { last.next } else { last.end };
+        // The file's missing final newline stays missing.
+        if old_ends_nl && last.next == last.end {
+            new_text = new_text.strip_suffix('\n').unwrap_or(new_text);
+            new_text = new_text.strip_suffix('\r').unwrap_or(new_text);
+        }
+        let replacement = reshape(new_text, &m.shift, eol);
+        let mut out = Vec::with_capacity(content.len() + replacement.len());
+        out.extend_from_slice(&content[..first.start]);
+        let offset = out.len();
+        out.extend_from_slice(replacement.as_bytes());
+        out.extend_from_slice(&content[end..]);
+        let line = line_of(&out, offset);
+        return Ok(Some((
+            out,
+            vec![Replacement {
+                offset,
+                len: replacement.len(),
+                line,
+                forgiven: Some(level.note()),
+            }],
+        )));
+    }
+    Ok(None)
 }
 
 fn uses_crlf(content: &[u8]) -> bool {
@@ -263,6 +596,11 @@ fn describe(path: &str, content: &[u8], reps: &[Replacement]) -> String {
         "Edited {path}: {n} replacement{}.",
         if n == 1 { "" } else { "s" }
     );
+    if let Some(note) = reps.iter().find_map(|r| r.forgiven) {
+        out.push_str(&format!(
+            " old_string was not found exactly; {note}. Check the lines below."
+        ));
+    }
     for r in reps.iter().take(3) {
         let new_lines = content[r.offset..r.offset + r.len]
             .iter()
@@ -323,6 +661,47 @@ mod tests {
         let (out, reps) = apply_edit("f", content, "x", "y", true).unwrap();
         assert_eq!(out, b"a\ny\nb\ny\n");
         assert_eq!(reps.len(), 2);
+    }
+
+    #[test]
+    fn trailing_whitespace_is_forgiven_and_named() {
+        let content = b"fn a() {   \n    x();\n}\n";
+        let (out, reps) = apply_edit(
+            "f",
+            content,
+            "fn a() {\n    x();",
+            "fn a() {\n    y();",
+            false,
+        )
+        .unwrap();
+        assert_eq!(out, b"fn a() {\n    y();\n}\n");
+        assert_eq!(
+            reps[0].forgiven,
+            Some("matched ignoring trailing whitespace")
+        );
+    }
+
+    #[test]
+    fn indentation_offset_is_forgiven_and_new_is_reindented() {
+        let content = b"mod m {\n\tfn a() {\n\t\tx();\n\t}\n}\n";
+        let (out, reps) = apply_edit(
+            "f",
+            content,
+            "fn a() {\n\tx();\n}",
+            "fn a() {\n\ty();\n\tz();\n}",
+            false,
+        )
+        .unwrap();
+        assert_eq!(out, b"mod m {\n\tfn a() {\n\t\ty();\n\t\tz();\n\t}\n}\n");
+        assert_eq!(reps[0].line, 2);
+        assert!(reps[0].forgiven.unwrap().contains("indentation"));
+    }
+
+    #[test]
+    fn a_level_that_matches_twice_refuses_with_lines() {
+        let content = b"a() {\n  b();\n}\nc() {\n  b();\n}\n";
+        let e = apply_edit("f", content, "  b(); \n}", "  d();\n}", false).unwrap_err();
+        assert!(e.to_string().contains("lines 2, 5"), "{e}");
     }
 
     proptest! {
