@@ -69,10 +69,12 @@ pub fn apply_edit(
     let (old_b, new_b) = (old.as_bytes().to_vec(), new.as_bytes().to_vec());
     let mut positions: Vec<usize> = memmem::find_iter(content, &old_b).collect();
     let (mut old_b, mut new_b) = (old_b, new_b);
+    let mut forgiven = None;
     if positions.is_empty() && uses_crlf(content) && old.contains('\n') && !old.contains("\r\n") {
         old_b = to_crlf(old).into_bytes();
         new_b = to_crlf(new).into_bytes();
         positions = memmem::find_iter(content, &old_b).collect();
+        forgiven = Some(Slack::LineEndings.note());
     }
     // find_iter yields overlapping matches; keep non-overlapping ones, left to right.
     let mut distinct = Vec::with_capacity(positions.len());
@@ -114,7 +116,7 @@ pub fn apply_edit(
             offset: out.len(),
             len: new_b.len(),
             line: 0,
-            forgiven: None,
+            forgiven,
         });
         out.extend_from_slice(&new_b);
         last = p + old_b.len();
@@ -316,6 +318,18 @@ fn near_matches(level: Slack, lines: &[FileLine<'_>], old: &[&str]) -> Vec<NearM
         }
         if taken.len() != wanted.len() {
             break;
+        }
+        // Blank lines at old_string's edges stand for blank lines (or the file's edge) there,
+        // never for a line of text.
+        let edge_ok = |blank_in_old: bool, neighbour: Option<&FileLine<'_>>| {
+            !blank_in_old || neighbour.is_none_or(|l| is_blank(l.text))
+        };
+        let lead = old.first().is_some_and(|l| is_blank(l));
+        let trail = old.last().is_some_and(|l| is_blank(l));
+        if !edge_ok(lead, i.checked_sub(1).and_then(|j| lines.get(j)))
+            || !edge_ok(trail, lines.get(p))
+        {
+            continue;
         }
         let pairs = taken
             .iter()
