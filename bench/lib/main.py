@@ -24,7 +24,7 @@ import common  # noqa: E402
 import report  # noqa: E402
 from common import FD, RESULTS_DIR, RG, TOOLYARD, git_commit, loadavg, log  # noqa: E402
 
-PARTS = ["grep", "mcp", "lanes", "memory", "bigfile"]
+PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits"]
 
 
 def sh(argv: list[str]) -> str:
@@ -134,6 +134,7 @@ def main() -> int:
         "lanes": lambda: __import__("lanes").run(rounds=40 if q else 300),
         "memory": lambda: __import__("memory").run(big_runs=1 if q else 2, grep_runs=1 if q else 3),
         "bigfile": lambda: __import__("bigfile").run(runs=1 if q else 3),
+        "edits": lambda: __import__("edits").run(),
     }
     if not args.report_only:
         for p in only:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from common import PLOTS_DIR, RESULTS_MD, load
 
-PARTS = ["grep", "mcp", "lanes", "memory", "bigfile"]
+PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits"]
 MIB = 1024.0
 
 
@@ -112,6 +112,17 @@ def targets(parts: dict) -> list[tuple[str, str, str, str]]:
                 reason += f"; exec alone (`toolyard --version`) takes {f(exe)} ms of it"
         rows.append(("MCP start-up to the first tools/list < 20 ms", f"{f(s)} ms (reference {f(m['startup']['reference']['median'])} ms)",
                      verdict(s < 20), reason))
+    e = parts.get("edits")
+    if e:
+        slips = [r for r in e["rows"] if r["case"].startswith("slip")]
+        bad = [r for r in e["rows"] if r["case"].startswith("forbidden")]
+        total = lambda rs: sum(r["applied"] + r["ambiguous"] + r["refused"] + r["wrong"] for r in rs)  # noqa: E731
+        applied = sum(r["applied"] for r in slips)
+        wrong = sum(r["wrong"] for r in e["rows"]) + sum(r["applied"] for r in bad)
+        rows.append(("near-miss edits: 0 wrong edits, 0 changed files on refusal",
+                     f"{wrong} wrong; slips applied {applied}/{total(slips)}; forbidden refused "
+                     f"{total(bad) - sum(r['applied'] for r in bad)}/{total(bad)}",
+                     verdict(wrong == 0), "" if wrong == 0 else f"{wrong} edits landed wrongly"))
     la = parts.get("lanes")
     if la:
         r = la["results"]
@@ -386,6 +397,27 @@ def memory_section(me: dict) -> list[str]:
                          f"{mib(e['engine_uncapped']['peak_kib'])} |")
     lines += ["", "![memory](plots/memory.png)", ""]
     return lines
+
+
+def edits_section(e: dict) -> list[str]:
+    lines = [
+        "## 6. Near-miss edits",
+        "",
+        stamp_line(e, "bench/run --only edits"),
+        "`edit_file` given an `old_string` with one slip, over a corpus cut from real source "
+        "(`crates/toolyard-tools/tests/near_miss/`): each 4-line window that is unique in its file gets one edit, "
+        "once with each slip the engine forgives (line endings, trailing whitespace, a uniform indentation "
+        "offset, blank lines: it must apply exactly as the intended edit) and once with each difference it "
+        "must never forgive (an identifier, a quote, a missing line, a missing comma: it must refuse and "
+        "leave the file untouched). The edits are unguided: no retry after an error.",
+        "",
+        "| corpus | case | applied correctly | refused (ambiguous) | refused | wrong |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in e["rows"]:
+        lines.append(f"| {r['corpus']} | {r['case']} | {r['applied']} | {r['ambiguous']} | {r['refused']} | "
+                     f"{r['wrong']} |")
+    return lines + [""]
 
 
 def bigfile_section(bf: dict) -> list[str]:
@@ -697,7 +729,7 @@ def write(meta: dict) -> Path:
         lines += ["", "Not measured (no results yet): " + ", ".join(missing) + "."]
     lines.append("")
     for name, fn in [("grep", grep_section), ("mcp", mcp_section), ("lanes", lanes_section),
-                     ("memory", memory_section), ("bigfile", bigfile_section)]:
+                     ("memory", memory_section), ("bigfile", bigfile_section), ("edits", edits_section)]:
         if parts.get(name):
             lines += fn(parts[name])
             if name in plot_errors:
