@@ -219,6 +219,14 @@ impl Dispatcher {
         self.config.mode == Mode::Inline
     }
 
+    /// Whether `tool` runs in the lane its `process_id` names (or every lane, for
+    /// `process_list`) rather than in its catalog lane.
+    pub fn runs_in_process_lane(&self, tool: &str) -> bool {
+        self.tools.get(tool).is_some_and(|t| {
+            t.engine == "process_list" || toolyard_tools::process::PROCESS_TOOLS.contains(&t.engine)
+        })
+    }
+
     /// Whether `tool` runs in this (server) process rather than in its lane's runner.
     pub fn runs_in_server(&self, tool: &str) -> bool {
         self.tools.get(tool).is_some_and(|t| in_server(t.engine))

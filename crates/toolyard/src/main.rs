@@ -382,6 +382,8 @@ fn tools(args: ToolsArgs) -> Result<ExitCode> {
             for (d, need) in &entries {
                 let lane = if dispatcher.runs_in_server(&d.name) {
                     "server".to_string()
+                } else if dispatcher.runs_in_process_lane(&d.name) {
+                    "by id".to_string()
                 } else {
                     dispatcher
                         .spec_of(&d.name)
