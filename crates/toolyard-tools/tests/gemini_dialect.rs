@@ -100,6 +100,8 @@ async fn the_dialect_has_gemini_names() {
         "list_directory",
         "run_shell_command",
         "read_many_files",
+        "process_output",
+        "process_kill",
     ] {
         assert!(names.contains(&n), "{n} missing from {names:?}");
     }

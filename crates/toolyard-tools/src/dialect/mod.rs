@@ -203,7 +203,13 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
         Dialect::Anthropic => anthropic::tools(env, commands),
         Dialect::Gemini => {
             let mut v = gemini::tools(env, commands);
-            v.extend(shared(&["undo"]));
+            // is_background hands back a process id; these read, list and stop it.
+            v.extend(shared(&[
+                "process_output",
+                "process_list",
+                "process_kill",
+                "undo",
+            ]));
             v
         }
     };
