@@ -14,11 +14,13 @@ use crate::command::CommandEnv;
 
 mod anthropic;
 mod codex;
+mod gemini;
 mod loom;
 mod loom_py;
 
 pub use anthropic::{AnthropicBash, EditorVersion, TextEditor, TextEditorArgs};
 pub use codex::{APPLY_PATCH_FREEFORM_DESCRIPTION, APPLY_PATCH_LARK, ApplyPatch, ApplyPatchArgs};
+pub use gemini::{ReadManyFiles, Replace};
 pub use loom::{Bash, LoomEditFile, LoomReadFile};
 pub use loom_py::{PyEditFile, PyReadFile, SearchFiles, ShellExecute};
 
@@ -36,16 +38,19 @@ pub enum Dialect {
     Codex,
     /// Anthropic's API tools: str_replace_based_edit_tool, str_replace_editor, bash.
     Anthropic,
+    /// Gemini CLI: read_file, write_file, replace, glob, search_file_content, run_shell_command, ...
+    Gemini,
 }
 
 impl Dialect {
     /// Every dialect.
-    pub const ALL: [Dialect; 5] = [
+    pub const ALL: [Dialect; 6] = [
         Dialect::Loopr,
         Dialect::Loom,
         Dialect::LoomPy,
         Dialect::Codex,
         Dialect::Anthropic,
+        Dialect::Gemini,
     ];
 
     /// The dialect's name on the command line.
@@ -56,6 +61,7 @@ impl Dialect {
             Dialect::LoomPy => "loom-py",
             Dialect::Codex => "codex",
             Dialect::Anthropic => "anthropic",
+            Dialect::Gemini => "gemini",
         }
     }
 }
@@ -75,8 +81,9 @@ impl std::str::FromStr for Dialect {
             "loom-py" | "loom_py" => Ok(Dialect::LoomPy),
             "codex" => Ok(Dialect::Codex),
             "anthropic" => Ok(Dialect::Anthropic),
+            "gemini" => Ok(Dialect::Gemini),
             other => Err(format!(
-                "unknown dialect `{other}`; expected loopr, loom, loom-py, codex or anthropic"
+                "unknown dialect `{other}`; expected loopr, loom, loom-py, codex, anthropic or gemini"
             )),
         }
     }
@@ -145,6 +152,10 @@ fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
         (Dialect::Codex, "apply_patch") => "edit_file",
         (Dialect::Anthropic, "str_replace_based_edit_tool" | "str_replace_editor") => "edit_file",
         (Dialect::Anthropic, "bash") => "shell",
+        (Dialect::Gemini, "replace") => "edit_file",
+        (Dialect::Gemini, "search_file_content" | "grep_search") => "grep",
+        (Dialect::Gemini, "run_shell_command") => "run_command",
+        (Dialect::Gemini, "read_many_files") => "read_file",
         (_, other) => other,
     };
     ENGINES.iter().find(|e| **e == engine).copied()
@@ -190,6 +201,17 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
             v
         }
         Dialect::Anthropic => anthropic::tools(env, commands),
+        Dialect::Gemini => {
+            let mut v = gemini::tools(env, commands);
+            // is_background hands back a process id; these read, list and stop it.
+            v.extend(shared(&[
+                "process_output",
+                "process_list",
+                "process_kill",
+                "undo",
+            ]));
+            v
+        }
     };
     chosen
         .into_iter()
