@@ -13,6 +13,7 @@ use crate::ToolEnv;
 use crate::command::CommandEnv;
 
 mod anthropic;
+mod claude_code;
 mod codex;
 mod loom;
 mod loom_py;
@@ -36,16 +37,19 @@ pub enum Dialect {
     Codex,
     /// Anthropic's API tools: str_replace_based_edit_tool, str_replace_editor, bash.
     Anthropic,
+    /// Claude Code's built-in tools: Read, Write, Edit, MultiEdit, Glob, Grep, Bash, ...
+    ClaudeCode,
 }
 
 impl Dialect {
     /// Every dialect.
-    pub const ALL: [Dialect; 5] = [
+    pub const ALL: [Dialect; 6] = [
         Dialect::Loopr,
         Dialect::Loom,
         Dialect::LoomPy,
         Dialect::Codex,
         Dialect::Anthropic,
+        Dialect::ClaudeCode,
     ];
 
     /// The dialect's name on the command line.
@@ -56,6 +60,7 @@ impl Dialect {
             Dialect::LoomPy => "loom-py",
             Dialect::Codex => "codex",
             Dialect::Anthropic => "anthropic",
+            Dialect::ClaudeCode => "claude-code",
         }
     }
 }
@@ -75,8 +80,9 @@ impl std::str::FromStr for Dialect {
             "loom-py" | "loom_py" => Ok(Dialect::LoomPy),
             "codex" => Ok(Dialect::Codex),
             "anthropic" => Ok(Dialect::Anthropic),
+            "claude-code" | "claude_code" => Ok(Dialect::ClaudeCode),
             other => Err(format!(
-                "unknown dialect `{other}`; expected loopr, loom, loom-py, codex or anthropic"
+                "unknown dialect `{other}`; expected loopr, loom, loom-py, codex, anthropic or claude-code"
             )),
         }
     }
@@ -145,6 +151,14 @@ fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
         (Dialect::Codex, "apply_patch") => "edit_file",
         (Dialect::Anthropic, "str_replace_based_edit_tool" | "str_replace_editor") => "edit_file",
         (Dialect::Anthropic, "bash") => "shell",
+        (Dialect::ClaudeCode, "Read") => "read_file",
+        (Dialect::ClaudeCode, "Write") => "write_file",
+        (Dialect::ClaudeCode, "Edit" | "MultiEdit") => "edit_file",
+        (Dialect::ClaudeCode, "Glob") => "glob",
+        (Dialect::ClaudeCode, "Grep") => "grep",
+        (Dialect::ClaudeCode, "Bash") => "run_command",
+        (Dialect::ClaudeCode, "BashOutput") => "process_output",
+        (Dialect::ClaudeCode, "KillShell") => "process_kill",
         (_, other) => other,
     };
     ENGINES.iter().find(|e| **e == engine).copied()
@@ -190,6 +204,7 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
             v
         }
         Dialect::Anthropic => anthropic::tools(env, commands),
+        Dialect::ClaudeCode => claude_code::tools(env, &loopr),
     };
     chosen
         .into_iter()
