@@ -750,6 +750,14 @@ fn bash_call(a: BashArgs) -> Result<(Value, Value), String> {
     Ok((c, memo))
 }
 
+/// `text` without the engine's hint lines that name loopr's process tools.
+fn without_engine_hints(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.contains("process_output") && !l.contains("process_kill"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// A background start in Claude Code's words, with the id BashOutput and KillShell take.
 fn bash_after(r: ToolResult, call: &Value) -> ToolResult {
     if call.get("background") != Some(&Value::Bool(true)) || !r.success {
@@ -767,7 +775,7 @@ fn bash_after(r: ToolResult, call: &Value) -> ToolResult {
     ToolResult {
         output: format!(
             "Command running in background with ID: {id}. Read its output with BashOutput {{\"bash_id\": \"{id}\"}}; stop it with KillShell.\n{}",
-            r.output
+            without_engine_hints(&r.output)
         ),
         ..r
     }
@@ -786,6 +794,10 @@ fn bash_output_call(a: BashOutputArgs) -> Result<(Value, Value), String> {
 
 /// Keep only the lines of the output that match the filter (the status line stays).
 fn bash_output_after(r: ToolResult, call: &Value) -> ToolResult {
+    let r = ToolResult {
+        output: without_engine_hints(&r.output),
+        ..r
+    };
     let Some(f) = call.get("filter").and_then(Value::as_str) else {
         return r;
     };
