@@ -102,6 +102,7 @@ async fn the_dialect_has_claude_codes_tools_under_their_engines() {
         ("Grep", "grep"),
         ("KillShell", "process_kill"),
         ("MultiEdit", "edit_file"),
+        ("NotebookEdit", "edit_file"),
         ("Read", "read_file"),
         ("Write", "write_file"),
     ];
@@ -326,4 +327,45 @@ async fn background_bash_reads_filtered_output_and_is_killed() {
         .call("Bash", json!({"command": "true", "timeout": 700000}))
         .await;
     assert!(failed(&r).contains("timeout"));
+}
+
+#[tokio::test]
+async fn notebook_edit_replaces_inserts_and_deletes_cells() {
+    let nb = r##"{"cells": [
+      {"cell_type": "code", "id": "c1", "metadata": {}, "source": ["x = 1\n", "x"],
+       "outputs": [{"output_type": "stream", "name": "stdout", "text": ["1"]}], "execution_count": 3},
+      {"cell_type": "markdown", "id": "m1", "metadata": {}, "source": ["# Title"]}
+    ], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}"##;
+    let f = Fixture::new(&[("n.ipynb", nb)]);
+    let path = f.abs("n.ipynb");
+    let edit = |args: Value| f.call("NotebookEdit", args);
+    let r = edit(json!({"notebook_path": path, "cell_id": "c1", "new_source": "y = 2"})).await;
+    assert_eq!(
+        failed(&r),
+        "File has not been read yet. Read it first before writing to it."
+    );
+    ok(&f.call("Read", json!({"file_path": path})).await);
+    let r = edit(json!({"notebook_path": path, "cell_id": "c1", "new_source": "y = 2\ny"})).await;
+    assert_eq!(ok(&r), "Updated cell c1 with y = 2\ny");
+    let r = edit(json!({"notebook_path": path, "cell_id": "zz", "new_source": "q"})).await;
+    assert!(failed(&r).contains("Cell with ID \"zz\" not found"));
+    let r = edit(json!({"notebook_path": path, "cell_id": "c1", "new_source": "## Sub", "edit_mode": "insert"})).await;
+    assert!(failed(&r).contains("cell_type is required"));
+    let r = edit(json!({"notebook_path": path, "cell_id": "c1", "new_source": "## Sub", "cell_type": "markdown", "edit_mode": "insert"})).await;
+    ok(&r);
+    let r = edit(
+        json!({"notebook_path": path, "cell_id": "m1", "new_source": "", "edit_mode": "delete"}),
+    )
+    .await;
+    assert_eq!(ok(&r), "Deleted cell m1");
+    let v: Value = serde_json::from_str(&f.read("n.ipynb").unwrap()).unwrap();
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2);
+    assert_eq!(cells[0]["source"], json!(["y = 2\n", "y"]));
+    // A replaced code cell's old outputs no longer describe it.
+    assert_eq!(cells[0]["outputs"], json!([]));
+    assert_eq!(cells[0]["execution_count"], Value::Null);
+    assert_eq!(cells[1]["cell_type"], json!("markdown"));
+    assert_eq!(cells[1]["source"], json!(["## Sub"]));
+    assert_eq!(v["nbformat_minor"], json!(5));
 }

@@ -153,7 +153,7 @@ fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
         (Dialect::Anthropic, "bash") => "shell",
         (Dialect::ClaudeCode, "Read") => "read_file",
         (Dialect::ClaudeCode, "Write") => "write_file",
-        (Dialect::ClaudeCode, "Edit" | "MultiEdit") => "edit_file",
+        (Dialect::ClaudeCode, "Edit" | "MultiEdit" | "NotebookEdit") => "edit_file",
         (Dialect::ClaudeCode, "Glob") => "glob",
         (Dialect::ClaudeCode, "Grep") => "grep",
         (Dialect::ClaudeCode, "Bash") => "run_command",
