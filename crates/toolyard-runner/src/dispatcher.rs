@@ -301,9 +301,10 @@ impl Dispatcher {
 
     /// The lane a process tool's call goes to: the one its `process_id` names.
     fn process_lane(&self, req: &CallRequest) -> Result<Lane, ToolError> {
-        let id = req
-            .args
-            .get("process_id")
+        // Dialects name the id their own way (claude-code: bash_id, shell_id).
+        let id = ["process_id", "bash_id", "shell_id"]
+            .iter()
+            .find_map(|k| req.args.get(*k))
             .and_then(Value::as_str)
             .unwrap_or_default();
         let unknown = || {

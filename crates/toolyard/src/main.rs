@@ -124,8 +124,9 @@ pub struct Common {
     #[arg(long, env = "TOOLYARD_CATALOG")]
     pub catalog: Option<PathBuf>,
     /// Tool vocabulary: loopr (seed 000), loom (seeds 003/004), loom-py (seed 002), codex
-    /// (OpenAI Codex CLI: apply_patch) or anthropic (Anthropic's str_replace_based_edit_tool,
-    /// str_replace_editor and bash) or gemini (Gemini CLI: read_file, replace, run_shell_command, ...).
+    /// (OpenAI Codex CLI: apply_patch), anthropic (Anthropic's str_replace_based_edit_tool,
+    /// str_replace_editor and bash), gemini (Gemini CLI: read_file, replace, run_shell_command,
+    /// ...) or claude-code (Claude Code's Read, Write, Edit, MultiEdit, Glob, Grep, Bash, ...).
     #[arg(long, default_value = "loopr")]
     pub dialect: Dialect,
     /// Tool set: all, or a loop type of the catalog (plan, spec, phase, code).

@@ -13,6 +13,7 @@ use crate::ToolEnv;
 use crate::command::CommandEnv;
 
 mod anthropic;
+mod claude_code;
 mod codex;
 mod gemini;
 mod loom;
@@ -40,17 +41,20 @@ pub enum Dialect {
     Anthropic,
     /// Gemini CLI: read_file, write_file, replace, glob, search_file_content, run_shell_command, ...
     Gemini,
+    /// Claude Code's built-in tools: Read, Write, Edit, MultiEdit, Glob, Grep, Bash, ...
+    ClaudeCode,
 }
 
 impl Dialect {
     /// Every dialect.
-    pub const ALL: [Dialect; 6] = [
+    pub const ALL: [Dialect; 7] = [
         Dialect::Loopr,
         Dialect::Loom,
         Dialect::LoomPy,
         Dialect::Codex,
         Dialect::Anthropic,
         Dialect::Gemini,
+        Dialect::ClaudeCode,
     ];
 
     /// The dialect's name on the command line.
@@ -62,6 +66,7 @@ impl Dialect {
             Dialect::Codex => "codex",
             Dialect::Anthropic => "anthropic",
             Dialect::Gemini => "gemini",
+            Dialect::ClaudeCode => "claude-code",
         }
     }
 }
@@ -82,8 +87,10 @@ impl std::str::FromStr for Dialect {
             "codex" => Ok(Dialect::Codex),
             "anthropic" => Ok(Dialect::Anthropic),
             "gemini" => Ok(Dialect::Gemini),
+            "claude-code" | "claude_code" => Ok(Dialect::ClaudeCode),
             other => Err(format!(
-                "unknown dialect `{other}`; expected loopr, loom, loom-py, codex, anthropic or gemini"
+                "unknown dialect `{other}`; expected loopr, loom, loom-py, codex, anthropic, gemini \
+                 or claude-code"
             )),
         }
     }
@@ -156,6 +163,14 @@ fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
         (Dialect::Gemini, "search_file_content" | "grep_search") => "grep",
         (Dialect::Gemini, "run_shell_command") => "run_command",
         (Dialect::Gemini, "read_many_files") => "read_file",
+        (Dialect::ClaudeCode, "Read") => "read_file",
+        (Dialect::ClaudeCode, "Write") => "write_file",
+        (Dialect::ClaudeCode, "Edit" | "MultiEdit" | "NotebookEdit") => "edit_file",
+        (Dialect::ClaudeCode, "Glob") => "glob",
+        (Dialect::ClaudeCode, "Grep") => "grep",
+        (Dialect::ClaudeCode, "Bash") => "run_command",
+        (Dialect::ClaudeCode, "BashOutput") => "process_output",
+        (Dialect::ClaudeCode, "KillShell") => "process_kill",
         (_, other) => other,
     };
     ENGINES.iter().find(|e| **e == engine).copied()
@@ -212,6 +227,7 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
             ]));
             v
         }
+        Dialect::ClaudeCode => claude_code::tools(env, &loopr),
     };
     chosen
         .into_iter()

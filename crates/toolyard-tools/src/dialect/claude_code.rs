@@ -1,0 +1,1111 @@
+//! The `claude-code` dialect: Claude Code's built-in tools (`Read`, `Write`, `Edit`,
+//! `MultiEdit`, `Glob`, `Grep`, `Bash`, `BashOutput`, `KillShell`) with their exact parameter
+//! names, over Toolyard's engine.
+//!
+//! Texts follow Claude Code v1.0.x (see the dialects notes, section 2c): `cat -n` reads, the
+//! Edit error strings. Every path goes through the workspace's confinement, an existing file
+//! must have been read before it is written, and every write is journaled. Tools that need no
+//! shaping of their own (Glob, Grep, Bash, ...) call the loopr tool with renamed arguments.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use grep_matcher::Matcher;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_workspace::{Expect, hash_bytes};
+
+use crate::ToolEnv;
+use crate::files::{apply_edit, commit_write, expect_for_write, read_tracked};
+
+/// Lines `Read` shows when `limit` is not given.
+const DEFAULT_LINES: usize = 2000;
+/// Characters of a line `Read` shows; the rest is cut.
+const MAX_LINE: usize = 2000;
+/// The longest `Bash` timeout (ms).
+const MAX_TIMEOUT_MS: u64 = 600_000;
+/// `Bash`'s timeout when none is given (ms).
+const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+
+const NOT_READ: &str = "File has not been read yet. Read it first before writing to it.";
+const STALE: &str = "File has been modified since read, either by the user or by a linter. Read it again before attempting to write it.";
+
+/// Extensions `Read` hands to read_file's media engine (images, PDFs, notebooks).
+const MEDIA: &[&str] = &["png", "jpg", "jpeg", "gif", "webp", "pdf", "ipynb"];
+
+/// A failure in Claude Code's words.
+type Fail = (&'static str, String);
+
+/// An engine error in Claude Code's words (read-before-write), otherwise as the engine says it.
+fn translate(e: ToolError) -> Result<Fail, ToolError> {
+    match e {
+        ToolError::NotRead { .. } => Ok(("not_read", NOT_READ.into())),
+        ToolError::StaleRead { .. } => Ok(("stale_read", STALE.into())),
+        ToolError::Cancelled => Err(ToolError::Cancelled),
+        e => Ok((e.kind(), e.to_string())),
+    }
+}
+
+/// A result of a delegated loopr tool, its read-before-write failures in Claude Code's words.
+fn recast(r: ToolResult) -> ToolResult {
+    match r.error_kind.as_deref() {
+        Some("not_read") => ToolResult::failure("not_read", NOT_READ),
+        Some("stale_read") => ToolResult::failure("stale_read", STALE),
+        _ => r,
+    }
+}
+
+/// The outcome of a delegated call, read-before-write errors in Claude Code's words.
+fn delegated(r: Result<ToolResult, ToolError>) -> Result<ToolResult, ToolError> {
+    match r {
+        Ok(r) => Ok(recast(r)),
+        Err(ToolError::NotRead { .. }) => Ok(ToolResult::failure("not_read", NOT_READ)),
+        Err(ToolError::StaleRead { .. }) => Ok(ToolResult::failure("stale_read", STALE)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Run `f`, turning a [`Fail`] into a failed result.
+fn finish(r: Result<ToolResult, Result<Fail, ToolError>>) -> Result<ToolResult, ToolError> {
+    match r {
+        Ok(r) => Ok(r),
+        Err(Ok((kind, msg))) => Ok(ToolResult::failure(kind, msg)),
+        Err(Err(e)) => Err(e),
+    }
+}
+
+/// The file's lines as `cat -n` counts them (a final newline ends the last line).
+fn lines_of(text: &str) -> Vec<&str> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    body.split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .collect()
+}
+
+/// `lines` as Claude Code's `cat -n` prints them, numbered from `first`, long lines cut.
+fn numbered(lines: &[&str], first: usize) -> String {
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let l = match l.char_indices().nth(MAX_LINE) {
+                Some((at, _)) => &l[..at],
+                None => l,
+            };
+            format!("{:6}\t{l}", i + first)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Find the loopr tool `name` among `tools`.
+fn engine(tools: &[Arc<dyn Tool>], name: &str) -> Option<Arc<dyn Tool>> {
+    tools.iter().find(|t| t.name() == name).cloned()
+}
+
+/// Arguments of `Read`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadArgs {
+    /// The absolute path to the file to read (a path relative to the workspace root works too).
+    pub file_path: String,
+    /// The line number to start reading from (1-indexed). Only give it when the file is too
+    /// large to read at once.
+    pub offset: Option<u64>,
+    /// The number of lines to read (default 2000).
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+    /// PDF only: the page range, e.g. `"1-5"`.
+    pub pages: Option<String>,
+}
+
+/// Claude Code's `Read`.
+pub struct Read {
+    env: Arc<ToolEnv>,
+    read_file: Option<Arc<dyn Tool>>,
+}
+
+#[async_trait]
+impl TypedTool for Read {
+    type Args = ReadArgs;
+
+    fn name(&self) -> &str {
+        "Read"
+    }
+
+    fn description(&self) -> &str {
+        "Reads a file from the workspace. file_path should be absolute. By default reads up to \
+         2000 lines from the start; offset (line to start from) and limit (number of lines) read \
+         part of a long file. Lines longer than 2000 characters are cut. Results are in `cat -n` \
+         format, line numbers starting at 1. Reads images (shown visually), PDFs (pages) and \
+         .ipynb notebooks. Directories cannot be read; use Bash `ls` or Glob."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::READ_ONLY
+    }
+
+    async fn run(&self, args: ReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        finish(self.exec(args, ctx).await)
+    }
+}
+
+impl Read {
+    async fn exec(
+        &self,
+        args: ReadArgs,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, Result<Fail, ToolError>> {
+        let shown = args.file_path.clone();
+        let ws = &self.env.workspace;
+        let rel = ws.locate(&args.file_path, &ctx.cwd).map_err(translate)?;
+        match ws.metadata(&rel).map_err(translate)? {
+            None => {
+                return Err(Ok((
+                    "file_not_found",
+                    format!(
+                        "File does not exist: {shown}. Check the path, or use Glob to find the file."
+                    ),
+                )));
+            }
+            Some(m) if m.is_dir() => {
+                return Err(Ok((
+                    "invalid_arguments",
+                    format!(
+                        "EISDIR: illegal operation on a directory, read '{shown}'. Read reads files only; use Glob or Bash `ls` to list a directory."
+                    ),
+                )));
+            }
+            _ => {}
+        }
+        let ext = rel
+            .as_str()
+            .rsplit_once('.')
+            .map(|(_, e)| e.to_ascii_lowercase());
+        if let (Some(ext), Some(read_file)) = (ext, &self.read_file)
+            && MEDIA.contains(&ext.as_str())
+        {
+            let mut call = json!({ "path": args.file_path });
+            if let Some(p) = &args.pages {
+                call["pages"] = json!(p);
+            }
+            return read_file.invoke(call, ctx).await.map_err(Err);
+        }
+        let (_, content) = read_tracked(&self.env, ctx, &args.file_path)
+            .await
+            .map_err(translate)?;
+        if content.is_empty() {
+            return Ok(ToolResult::ok(
+                "<system-reminder>Warning: the file exists but the contents are empty.</system-reminder>",
+            )
+            .with_data(json!({"lines": 0})));
+        }
+        if content.contains(&0) {
+            return Err(Ok((
+                "binary",
+                format!(
+                    "{shown} is a binary file (it holds NUL bytes) and cannot be read as text."
+                ),
+            )));
+        }
+        let text = String::from_utf8_lossy(&content);
+        let lines = lines_of(&text);
+        let n = lines.len();
+        let from = usize::try_from(args.offset.unwrap_or(1).max(1)).unwrap_or(usize::MAX);
+        let limit = usize::try_from(args.limit.unwrap_or(DEFAULT_LINES as u64).max(1))
+            .unwrap_or(usize::MAX);
+        if from > n {
+            return Ok(ToolResult::ok(format!(
+                "<system-reminder>Warning: the file exists but is shorter than the provided offset ({from}). The file has {n} lines.</system-reminder>"
+            ))
+            .with_data(json!({"lines": n})));
+        }
+        let to = from.saturating_add(limit - 1).min(n);
+        let mut body = numbered(&lines[from - 1..to], from);
+        if body.len() > ctx.max_output_bytes {
+            let mut cut = ctx.max_output_bytes;
+            while !body.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            body.truncate(cut);
+            body.push_str("\n[output cut to fit; read on with offset and limit]");
+        } else if to < n {
+            body.push_str(&format!(
+                "\n[lines {from}-{to} of {n} shown; read on with offset {}]",
+                to + 1
+            ));
+        }
+        Ok(ToolResult::ok(body).with_data(json!({"lines": n, "from": from, "to": to})))
+    }
+}
+
+/// Arguments of `Write`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteArgs {
+    /// The absolute path to the file to write (must be absolute, not relative).
+    pub file_path: String,
+    /// The content to write to the file.
+    pub content: String,
+}
+
+/// Claude Code's `Write`: write_file with Claude Code's names and texts.
+pub struct Write {
+    write_file: Arc<dyn Tool>,
+}
+
+#[async_trait]
+impl TypedTool for Write {
+    type Args = WriteArgs;
+
+    fn name(&self) -> &str {
+        "Write"
+    }
+
+    fn description(&self) -> &str {
+        "Writes a file to the workspace, overwriting it if it exists. An existing file must have \
+         been Read first. Prefer Edit for changing part of an existing file."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::MUTATING
+    }
+
+    async fn run(&self, args: WriteArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let r = self
+            .write_file
+            .invoke(
+                json!({"path": args.file_path, "content": args.content}),
+                ctx,
+            )
+            .await;
+        delegated(r)
+    }
+}
+
+/// One edit of `Edit` or `MultiEdit`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditOp {
+    /// The text to replace.
+    pub old_string: String,
+    /// The text to replace it with (must be different from old_string).
+    pub new_string: String,
+    /// Replace all occurrences of old_string (default false).
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+/// Arguments of `Edit`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditArgs {
+    /// The absolute path to the file to modify.
+    pub file_path: String,
+    /// The text to replace.
+    pub old_string: String,
+    /// The text to replace it with (must be different from old_string).
+    pub new_string: String,
+    /// Replace all occurrences of old_string (default false).
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+/// Arguments of `MultiEdit`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MultiEditArgs {
+    /// The absolute path to the file to modify.
+    pub file_path: String,
+    /// Edits applied in order, each to the result of the one before; all or none are applied.
+    #[schemars(length(min = 1))]
+    pub edits: Vec<EditOp>,
+}
+
+/// Claude Code's `Edit` and `MultiEdit`: one engine, one journaled write per call.
+pub struct Editor {
+    env: Arc<ToolEnv>,
+    multi: bool,
+}
+
+/// Apply `edits` in order to `content` (all or none); the new content and each edit's first
+/// line.
+fn apply_all(shown: &str, content: &[u8], edits: &[EditOp]) -> Result<(Vec<u8>, Vec<usize>), Fail> {
+    let mut cur = content.to_vec();
+    let mut lines = Vec::new();
+    for (i, op) in edits.iter().enumerate() {
+        let which = if edits.len() > 1 {
+            format!(" (edit {})", i + 1)
+        } else {
+            String::new()
+        };
+        if op.old_string == op.new_string {
+            return Err((
+                "invalid_arguments",
+                format!(
+                    "No changes to make: old_string and new_string are exactly the same.{which}"
+                ),
+            ));
+        }
+        if op.old_string.is_empty() {
+            return Err((
+                "invalid_arguments",
+                format!(
+                    "Cannot create new file - file already exists.{which} Give a non-empty old_string, or use Write to replace the whole file."
+                ),
+            ));
+        }
+        let (next, reps) =
+            apply_edit(shown, &cur, &op.old_string, &op.new_string, true).map_err(|e| match e {
+                ToolError::NotFound(_) => (
+                    "not_found",
+                    format!(
+                        "String to replace not found in file.{which}\nString: {}",
+                        op.old_string
+                    ),
+                ),
+                e => (e.kind(), format!("{e}{which}")),
+            })?;
+        if reps.len() > 1 && !op.replace_all {
+            return Err((
+                "conflict",
+                format!(
+                    "Found {} matches of the string to replace, but replace_all is false. To replace all occurrences, set replace_all to true. To replace only one occurrence, please provide more context to uniquely identify the instance.{which}\nString: {}",
+                    reps.len(),
+                    op.old_string
+                ),
+            ));
+        }
+        lines.push(reps.first().map_or(1, |r| r.line));
+        cur = next;
+    }
+    Ok((cur, lines))
+}
+
+#[async_trait]
+impl TypedTool for Editor {
+    type Args = MultiEditArgs;
+
+    fn name(&self) -> &str {
+        if self.multi { "MultiEdit" } else { "Edit" }
+    }
+
+    fn description(&self) -> &str {
+        if self.multi {
+            "Makes several edits to one file in one operation: each {old_string, new_string, \
+             replace_all} is applied in order to the result of the one before, and either all \
+             succeed or none is applied. The file must have been Read first. An empty old_string \
+             in the first edit of a file that does not exist creates it with new_string."
+        } else {
+            "Performs exact string replacement in a file: old_string must occur exactly once \
+             (give more surrounding context) unless replace_all is true. Copy old_string from Read \
+             output without the line-number prefix. The file must have been Read first. An empty \
+             old_string on a file that does not exist creates it with new_string."
+        }
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::MUTATING
+    }
+
+    async fn run(&self, args: MultiEditArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        finish(self.exec(args, ctx).await)
+    }
+}
+
+impl Editor {
+    async fn exec(
+        &self,
+        args: MultiEditArgs,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, Result<Fail, ToolError>> {
+        let shown = args.file_path.clone();
+        if args.edits.is_empty() {
+            return Err(Ok((
+                "invalid_arguments",
+                "edits is empty; give at least one {old_string, new_string}".into(),
+            )));
+        }
+        let ws = &self.env.workspace;
+        let rel = ws.locate(&args.file_path, &ctx.cwd).map_err(translate)?;
+        let name = self.name().to_string();
+        let exists = ws.metadata(&rel).map_err(translate)?.is_some();
+        let (content, expect, edits): (Vec<u8>, Expect, &[EditOp]) = if !exists {
+            // Claude Code creates a file from an empty old_string in the first edit.
+            match args.edits.first() {
+                Some(first) if first.old_string.is_empty() => (
+                    first.new_string.as_bytes().to_vec(),
+                    Expect::Missing,
+                    &args.edits[1..],
+                ),
+                _ => {
+                    return Err(Ok((
+                        "file_not_found",
+                        format!(
+                            "File does not exist: {shown}. To create it, use Write (or an empty old_string)."
+                        ),
+                    )));
+                }
+            }
+        } else {
+            let content = ws.read(&rel).map_err(translate)?;
+            let current = hash_bytes(&content);
+            let expect = expect_for_write(&self.env, ctx, &rel, Some(&current))
+                .await
+                .map_err(translate)?;
+            (content, expect, &args.edits[..])
+        };
+        let (next, lines) = apply_all(&shown, &content, edits).map_err(Ok)?;
+        let out = commit_write(&self.env, ctx, &name, &rel, &next, &expect)
+            .await
+            .map_err(translate)?;
+        let text = if !exists && edits.is_empty() {
+            format!("File created successfully at: {shown}")
+        } else if self.multi {
+            let mut t = format!("Applied {} edits to {shown}:", args.edits.len());
+            for (i, op) in args.edits.iter().enumerate() {
+                t.push_str(&format!(
+                    "\n{}. Replaced \"{}\" with \"{}\"",
+                    i + 1,
+                    short(&op.old_string),
+                    short(&op.new_string)
+                ));
+            }
+            t
+        } else if args.edits.first().is_some_and(|e| e.replace_all) {
+            let op = &args.edits[0];
+            format!(
+                "The file {shown} has been updated. All occurrences of '{}' were successfully replaced with '{}'.",
+                short(&op.old_string),
+                short(&op.new_string)
+            )
+        } else {
+            let at = lines.first().copied().unwrap_or(1).saturating_sub(1);
+            let after = String::from_utf8_lossy(&next);
+            let all = lines_of(&after);
+            let added = args
+                .edits
+                .first()
+                .map_or(0, |e| e.new_string.matches('\n').count());
+            let start = at.saturating_sub(4);
+            let end = (at + added + 5).min(all.len());
+            format!(
+                "The file {shown} has been updated. Here's the result of running `cat -n` on a snippet of the edited file:\n{}",
+                numbered(&all[start.min(end)..end], start + 1)
+            )
+        };
+        Ok(ToolResult::ok(text)
+            .with_data(
+                json!({"path": out.path.as_str(), "edits": args.edits.len(), "lines": lines}),
+            )
+            .with_files_changed(vec![out.path.to_string()]))
+    }
+}
+
+/// `s` cut to 80 characters for a summary line.
+fn short(s: &str) -> String {
+    match s.char_indices().nth(80) {
+        Some((at, _)) => format!("{}...", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
+/// `Edit`'s arguments as a one-edit `MultiEdit`.
+struct SingleEdit(Editor);
+
+#[async_trait]
+impl TypedTool for SingleEdit {
+    type Args = EditArgs;
+
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn description(&self) -> &str {
+        self.0.description()
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::MUTATING
+    }
+
+    async fn run(&self, args: EditArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let multi = MultiEditArgs {
+            file_path: args.file_path,
+            edits: vec![EditOp {
+                old_string: args.old_string,
+                new_string: args.new_string,
+                replace_all: args.replace_all,
+            }],
+        };
+        finish(self.0.exec(multi, ctx).await)
+    }
+}
+
+/// Arguments of `NotebookEdit`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NotebookEditArgs {
+    /// The absolute path to the Jupyter notebook (.ipynb) to edit.
+    pub notebook_path: String,
+    /// The ID of the cell to edit (a 0-based index works too). insert: the new cell goes after
+    /// it (at the top when omitted).
+    pub cell_id: Option<String>,
+    /// The new source for the cell.
+    pub new_source: String,
+    /// `code` or `markdown`; required for insert (default for replace: unchanged).
+    pub cell_type: Option<String>,
+    /// `replace` (default), `insert` or `delete`.
+    pub edit_mode: Option<String>,
+}
+
+/// Claude Code's `NotebookEdit`: one cell of a notebook replaced, inserted or deleted, in one
+/// journaled write.
+pub struct NotebookEdit {
+    env: Arc<ToolEnv>,
+}
+
+#[async_trait]
+impl TypedTool for NotebookEdit {
+    type Args = NotebookEditArgs;
+
+    fn name(&self) -> &str {
+        "NotebookEdit"
+    }
+
+    fn description(&self) -> &str {
+        "Replaces the source of one cell of a Jupyter notebook (.ipynb), inserts a new cell \
+         after cell_id (edit_mode insert, cell_type required), or deletes a cell (edit_mode \
+         delete). The notebook must have been Read first. A replaced code cell loses its outputs."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::MUTATING
+    }
+
+    async fn run(
+        &self,
+        args: NotebookEditArgs,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, ToolError> {
+        finish(self.exec(args, ctx).await)
+    }
+}
+
+/// A cell's source as nbformat stores it: lines, each keeping its newline.
+fn source_lines(text: &str) -> Value {
+    json!(text.split_inclusive('\n').collect::<Vec<_>>())
+}
+
+impl NotebookEdit {
+    async fn exec(
+        &self,
+        args: NotebookEditArgs,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, Result<Fail, ToolError>> {
+        let bad = |msg: String| Err(Ok(("invalid_arguments", msg)));
+        let shown = args.notebook_path.clone();
+        let mode = args.edit_mode.as_deref().unwrap_or("replace");
+        if !matches!(mode, "replace" | "insert" | "delete") {
+            return bad(format!(
+                "edit_mode `{mode}` is not one NotebookEdit knows; use replace, insert or delete"
+            ));
+        }
+        if let Some(t) = args.cell_type.as_deref()
+            && !matches!(t, "code" | "markdown")
+        {
+            return bad(format!("cell_type `{t}` must be code or markdown"));
+        }
+        if !shown.ends_with(".ipynb") {
+            return bad(format!(
+                "{shown} is not a Jupyter notebook (.ipynb); use Edit for other files"
+            ));
+        }
+        let ws = &self.env.workspace;
+        let rel = ws
+            .locate(&args.notebook_path, &ctx.cwd)
+            .map_err(translate)?;
+        if ws.metadata(&rel).map_err(translate)?.is_none() {
+            return Err(Ok((
+                "file_not_found",
+                format!("Notebook file does not exist: {shown}"),
+            )));
+        }
+        let content = ws.read(&rel).map_err(translate)?;
+        let current = hash_bytes(&content);
+        let expect = expect_for_write(&self.env, ctx, &rel, Some(&current))
+            .await
+            .map_err(translate)?;
+        let mut nb: Value = match serde_json::from_slice(&content) {
+            Ok(v) => v,
+            Err(e) => return bad(format!("{shown} is not valid notebook JSON: {e}")),
+        };
+        let Some(cells) = nb.get_mut("cells").and_then(Value::as_array_mut) else {
+            return bad(format!(
+                "{shown} has no `cells` array; it is not a notebook"
+            ));
+        };
+        // The cell named by id, else by 0-based index.
+        let index = match args.cell_id.as_deref() {
+            None => None,
+            Some(id) => {
+                let by_id = cells
+                    .iter()
+                    .position(|c| c.get("id").and_then(Value::as_str) == Some(id));
+                match by_id.or_else(|| id.parse::<usize>().ok().filter(|i| *i < cells.len())) {
+                    Some(i) => Some(i),
+                    None => {
+                        return Err(Ok((
+                            "not_found",
+                            format!(
+                                "Cell with ID \"{id}\" not found in notebook. Read the notebook to see its cell ids."
+                            ),
+                        )));
+                    }
+                }
+            }
+        };
+        let text = match (mode, index) {
+            ("insert", at) => {
+                let Some(kind) = args.cell_type.as_deref() else {
+                    return bad("cell_type is required when using edit_mode=insert".into());
+                };
+                let id = hash_bytes(format!("{}{}", cells.len(), args.new_source).as_bytes())
+                    .chars()
+                    .filter(char::is_ascii_alphanumeric)
+                    .take(8)
+                    .collect::<String>();
+                let mut cell = json!({
+                    "cell_type": kind,
+                    "id": id,
+                    "metadata": {},
+                    "source": source_lines(&args.new_source),
+                });
+                if kind == "code" {
+                    cell["outputs"] = json!([]);
+                    cell["execution_count"] = Value::Null;
+                }
+                let pos = at.map_or(0, |i| i + 1);
+                cells.insert(pos, cell);
+                format!("Inserted cell {id} with {}", args.new_source)
+            }
+            (_, None) => return bad(format!("cell_id is required for edit_mode={mode}")),
+            ("delete", Some(i)) => {
+                cells.remove(i);
+                format!(
+                    "Deleted cell {}",
+                    args.cell_id.as_deref().unwrap_or_default()
+                )
+            }
+            (_, Some(i)) => {
+                let cell = &mut cells[i];
+                cell["source"] = source_lines(&args.new_source);
+                if let Some(kind) = args.cell_type.as_deref() {
+                    cell["cell_type"] = json!(kind);
+                }
+                if cell.get("cell_type").and_then(Value::as_str) == Some("code") {
+                    cell["outputs"] = json!([]);
+                    cell["execution_count"] = Value::Null;
+                } else if let Some(m) = cell.as_object_mut() {
+                    m.remove("outputs");
+                    m.remove("execution_count");
+                }
+                format!(
+                    "Updated cell {} with {}",
+                    args.cell_id.as_deref().unwrap_or_default(),
+                    args.new_source
+                )
+            }
+        };
+        // Jupyter writes one-space indentation and a final newline.
+        let mut bytes = Vec::new();
+        let fmt = serde_json::ser::PrettyFormatter::with_indent(b" ");
+        let mut ser = serde_json::Serializer::with_formatter(&mut bytes, fmt);
+        serde::Serialize::serialize(&nb, &mut ser)
+            .map_err(|e| Ok(("io", format!("could not write the notebook: {e}"))))?;
+        bytes.push(b'\n');
+        let out = commit_write(&self.env, ctx, "NotebookEdit", &rel, &bytes, &expect)
+            .await
+            .map_err(translate)?;
+        Ok(ToolResult::ok(text)
+            .with_data(json!({"path": out.path.as_str(), "edit_mode": mode}))
+            .with_files_changed(vec![out.path.to_string()]))
+    }
+}
+
+/// Arguments of `Glob`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobArgs {
+    /// The glob pattern to match files against, e.g. `**/*.js` or `src/**/*.ts`.
+    pub pattern: String,
+    /// The directory to search in (default: the working directory). Omit it for the default;
+    /// do not pass "undefined" or "null".
+    pub path: Option<String>,
+}
+
+/// Arguments of `Grep`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepArgs {
+    /// The regular expression to search for in file contents.
+    pub pattern: String,
+    /// File or directory to search in (default: the working directory).
+    pub path: Option<String>,
+    /// Glob to filter files, e.g. `*.js` or `*.{ts,tsx}` (rg --glob).
+    pub glob: Option<String>,
+    /// `content` (matching lines), `files_with_matches` (paths, the default) or `count`.
+    pub output_mode: Option<String>,
+    /// Lines to show before each match (content mode only).
+    #[serde(rename = "-B")]
+    pub before: Option<u64>,
+    /// Lines to show after each match (content mode only).
+    #[serde(rename = "-A")]
+    pub after: Option<u64>,
+    /// Lines to show before and after each match (content mode only).
+    #[serde(rename = "-C")]
+    pub context: Option<u64>,
+    /// Show line numbers (content mode; they are always shown).
+    #[serde(rename = "-n")]
+    #[allow(dead_code)] // Accepted as Claude Code sends it; the engine always numbers lines.
+    pub line_numbers: Option<bool>,
+    /// Case-insensitive search.
+    #[serde(rename = "-i")]
+    pub insensitive: Option<bool>,
+    /// File type to search (rg --type), e.g. `js`, `py`, `rust`.
+    #[serde(rename = "type")]
+    pub file_type: Option<String>,
+    /// Show only the first N entries (lines, files or counts), like `| head -N`.
+    pub head_limit: Option<u64>,
+    /// Let patterns span lines; `.` matches newlines (default false).
+    pub multiline: Option<bool>,
+}
+
+/// Arguments of `Bash`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashArgs {
+    /// The command to execute.
+    pub command: String,
+    /// Optional timeout in milliseconds (max 600000; default 120000).
+    pub timeout: Option<u64>,
+    /// Clear, concise description of what this command does in 5-10 words.
+    #[allow(dead_code)] // For the user's eyes in Claude Code; the command needs none.
+    pub description: Option<String>,
+    /// Run the command in the background; read its output with BashOutput, stop it with
+    /// KillShell.
+    pub run_in_background: Option<bool>,
+}
+
+/// Arguments of `BashOutput`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashOutputArgs {
+    /// The ID of the background shell to read output from.
+    pub bash_id: String,
+    /// Regular expression: only output lines matching it are shown (the others are dropped).
+    pub filter: Option<String>,
+}
+
+/// Arguments of `KillShell`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KillShellArgs {
+    /// The ID of the background shell to kill.
+    pub shell_id: String,
+}
+
+/// A Claude Code tool that renames its arguments for a loopr tool and calls it.
+pub struct Renamed<A> {
+    name: &'static str,
+    description: &'static str,
+    annotations: Annotations,
+    target: Arc<dyn Tool>,
+    /// The loopr call, and a memo for `after` (what the call itself cannot carry).
+    shape: fn(A) -> Result<(Value, Value), String>,
+    after: fn(ToolResult, &Value) -> ToolResult,
+}
+
+#[async_trait]
+impl<A> TypedTool for Renamed<A>
+where
+    A: for<'de> Deserialize<'de> + JsonSchema + Send + 'static,
+{
+    type Args = A;
+
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn description(&self) -> &str {
+        self.description
+    }
+
+    fn annotations(&self) -> Annotations {
+        self.annotations
+    }
+
+    async fn run(&self, args: A, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let (call, memo) = match (self.shape)(args) {
+            Ok(c) => c,
+            Err(msg) => return Ok(ToolResult::failure("invalid_arguments", msg)),
+        };
+        let r = delegated(self.target.invoke(call, ctx).await)?;
+        Ok((self.after)(r, &memo))
+    }
+}
+
+fn same(r: ToolResult, _: &Value) -> ToolResult {
+    r
+}
+
+fn glob_call(a: GlobArgs) -> Result<(Value, Value), String> {
+    let mut c = json!({"pattern": a.pattern});
+    // Claude Code's models sometimes send the strings "undefined" or "null" for an omitted path.
+    if let Some(p) = a
+        .path
+        .filter(|p| !matches!(p.as_str(), "" | "undefined" | "null"))
+    {
+        c["path"] = json!(p);
+    }
+    Ok((c, Value::Null))
+}
+
+fn grep_call(a: GrepArgs) -> Result<(Value, Value), String> {
+    let mode = a.output_mode.as_deref().unwrap_or("files_with_matches");
+    if !matches!(mode, "content" | "files_with_matches" | "count") {
+        return Err(format!(
+            "output_mode `{mode}` is not one Grep knows; use \"content\", \"files_with_matches\" or \"count\""
+        ));
+    }
+    let mut c = json!({"pattern": a.pattern, "output_mode": mode});
+    if let Some(p) = a
+        .path
+        .filter(|p| !matches!(p.as_str(), "" | "undefined" | "null"))
+    {
+        c["path"] = json!(p);
+    }
+    if let Some(g) = a.glob {
+        c["file_pattern"] = json!(g);
+    }
+    if let Some(t) = a.file_type {
+        c["type"] = json!(t);
+    }
+    // The engine has one context width: the widest asked for.
+    let ctx = [a.context, a.before, a.after].into_iter().flatten().max();
+    if let Some(n) = ctx.filter(|n| *n > 0) {
+        if mode != "content" {
+            return Err(format!(
+                "-A, -B and -C apply to output_mode \"content\" only; output_mode is \"{mode}\""
+            ));
+        }
+        c["context"] = json!(n.min(20));
+    }
+    if let Some(h) = a.head_limit.filter(|h| *h > 0) {
+        c["head_limit"] = json!(h);
+    }
+    if a.insensitive == Some(true) {
+        c["-i"] = json!(true);
+    }
+    if a.multiline == Some(true) {
+        c["multiline"] = json!(true);
+    }
+    Ok((c, Value::Null))
+}
+
+fn bash_call(a: BashArgs) -> Result<(Value, Value), String> {
+    let timeout = a.timeout.unwrap_or(DEFAULT_TIMEOUT_MS);
+    if timeout == 0 || timeout > MAX_TIMEOUT_MS {
+        return Err(format!(
+            "timeout {timeout} is out of range; give milliseconds between 1 and {MAX_TIMEOUT_MS}"
+        ));
+    }
+    let mut c = json!({"command": a.command});
+    if a.run_in_background == Some(true) {
+        c["background"] = json!(true);
+        // Claude Code answers at once with the ID; the output is read with BashOutput.
+        c["yield_ms"] = json!(0);
+        // Only an explicit timeout limits a background command.
+        if let Some(t) = a.timeout {
+            c["timeout_ms"] = json!(t);
+        }
+    } else {
+        c["timeout_ms"] = json!(timeout);
+    }
+    let memo = json!({"background": a.run_in_background == Some(true)});
+    Ok((c, memo))
+}
+
+/// `text` without the engine's hint lines that name loopr's process tools.
+fn without_engine_hints(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.contains("process_output") && !l.contains("process_kill"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// A background start in Claude Code's words, with the id BashOutput and KillShell take.
+fn bash_after(r: ToolResult, call: &Value) -> ToolResult {
+    if call.get("background") != Some(&Value::Bool(true)) || !r.success {
+        return r;
+    }
+    let Some(id) = r
+        .data
+        .as_ref()
+        .and_then(|d| d.get("process_id"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return r;
+    };
+    ToolResult {
+        output: format!(
+            "Command running in background with ID: {id}. Read its output with BashOutput {{\"bash_id\": \"{id}\"}}; stop it with KillShell.\n{}",
+            without_engine_hints(&r.output)
+        ),
+        ..r
+    }
+}
+
+fn bash_output_call(a: BashOutputArgs) -> Result<(Value, Value), String> {
+    let c = json!({"process_id": a.bash_id});
+    let mut memo = json!({});
+    if let Some(f) = a.filter.filter(|f| !f.is_empty()) {
+        // Checked here so a bad regex is named before any output is consumed.
+        crate::search::grep::matcher(&f).map_err(|e| format!("filter: {e}"))?;
+        memo["filter"] = json!(f);
+    }
+    Ok((c, memo))
+}
+
+/// Keep only the lines of the output that match the filter (the status line stays).
+fn bash_output_after(r: ToolResult, call: &Value) -> ToolResult {
+    let r = ToolResult {
+        output: without_engine_hints(&r.output),
+        ..r
+    };
+    let Some(f) = call.get("filter").and_then(Value::as_str) else {
+        return r;
+    };
+    let Ok(m) = crate::search::grep::matcher(f) else {
+        return r;
+    };
+    let mut lines = r.output.lines();
+    let mut out = lines.next().unwrap_or_default().to_string();
+    for l in lines {
+        if m.is_match(l.as_bytes()).unwrap_or(false) {
+            out.push('\n');
+            out.push_str(l);
+        }
+    }
+    ToolResult { output: out, ..r }
+}
+
+fn kill_call(a: KillShellArgs) -> Result<(Value, Value), String> {
+    let c = json!({"process_id": a.shell_id});
+    Ok((c.clone(), c))
+}
+
+fn kill_after(r: ToolResult, call: &Value) -> ToolResult {
+    if !r.success {
+        return r;
+    }
+    let id = call
+        .get("process_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    ToolResult {
+        output: format!("Successfully killed shell: {id}\n{}", r.output),
+        ..r
+    }
+}
+
+/// The claude-code dialect's tools over the loopr tools `loopr`.
+pub fn tools(env: &Arc<ToolEnv>, loopr: &[Arc<dyn Tool>]) -> Vec<Arc<dyn Tool>> {
+    let mut v: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(Typed(Read {
+            env: env.clone(),
+            read_file: engine(loopr, "read_file"),
+        })),
+        Arc::new(Typed(SingleEdit(Editor {
+            env: env.clone(),
+            multi: false,
+        }))),
+        Arc::new(Typed(Editor {
+            env: env.clone(),
+            multi: true,
+        })),
+        Arc::new(Typed(NotebookEdit { env: env.clone() })),
+    ];
+    if let Some(t) = engine(loopr, "write_file") {
+        v.push(Arc::new(Typed(Write { write_file: t })));
+    }
+    if let Some(t) = engine(loopr, "glob") {
+        v.push(Arc::new(Typed(Renamed {
+            name: "Glob",
+            description: "Fast file pattern matching: finds files by glob (`**/*.js`, \
+                          `src/**/*.ts`), newest first. path is the directory to search in \
+                          (omit it for the working directory).",
+            annotations: Annotations::READ_ONLY,
+            target: t,
+            shape: glob_call,
+            after: same,
+        })));
+    }
+    if let Some(t) = engine(loopr, "grep") {
+        v.push(Arc::new(Typed(Renamed {
+            name: "Grep",
+            description: "Searches file contents with a regular expression (ripgrep syntax). \
+                          output_mode: files_with_matches (default, paths), content (matching \
+                          lines, with -A/-B/-C context and -n numbers) or count. Filter files \
+                          with glob (`*.js`) or type (`py`, `rust`); -i ignores case; multiline \
+                          lets a match span lines; head_limit keeps the first N entries.",
+            annotations: Annotations::READ_ONLY,
+            target: t,
+            shape: grep_call,
+            after: same,
+        })));
+    }
+    if let Some(t) = engine(loopr, "run_command") {
+        v.push(Arc::new(Typed(Renamed {
+            name: "Bash",
+            description: "Executes a bash command in the workspace with an optional timeout \
+                          (ms, default 120000, max 600000). run_in_background starts it and \
+                          returns its ID at once: read its output with BashOutput, stop it with \
+                          KillShell. Use Read, Edit, Glob and Grep rather than cat, sed, find \
+                          and grep.",
+            annotations: Annotations::COMMAND,
+            target: t,
+            shape: bash_call,
+            after: bash_after,
+        })));
+    }
+    if let Some(t) = engine(loopr, "process_output") {
+        v.push(Arc::new(Typed(Renamed {
+            name: "BashOutput",
+            description: "Retrieves output from a running or completed background shell: only \
+                          the output new since the last check. filter (a regex) keeps only the \
+                          matching lines; the others are dropped for good.",
+            annotations: Annotations::COMMAND,
+            target: t,
+            shape: bash_output_call,
+            after: bash_output_after,
+        })));
+    }
+    if let Some(t) = engine(loopr, "process_kill") {
+        v.push(Arc::new(Typed(Renamed {
+            name: "KillShell",
+            description: "Kills a running background shell by its ID.",
+            annotations: Annotations::COMMAND,
+            target: t,
+            shape: kill_call,
+            after: kill_after,
+        })));
+    }
+    v
+}
