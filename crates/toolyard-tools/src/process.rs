@@ -28,7 +28,7 @@ const DEFAULT_YIELD: Duration = Duration::from_millis(1000);
 /// Default `wait_ms` of `process_input`.
 const DEFAULT_INPUT_WAIT: Duration = Duration::from_millis(1000);
 /// Once output arrives, how long a quiet spell ends the wait (a REPL's answer and prompt).
-const SETTLE: Duration = Duration::from_millis(150);
+pub(crate) const SETTLE: Duration = Duration::from_millis(150);
 /// The engines of the process tools: they run in the runner named by their `process_id`.
 pub const PROCESS_TOOLS: &[&str] = &["process_output", "process_input", "process_kill"];
 
@@ -49,7 +49,7 @@ pub fn lane_of(process_id: &str) -> Option<&str> {
         .map(|(lane, _)| lane)
 }
 
-fn table(commands: &CommandEnv) -> &'static ProcessTable {
+pub(crate) fn table(commands: &CommandEnv) -> &'static ProcessTable {
     TABLE.get_or_init(|| {
         let limits: ProcessesConfig = commands
             .env
@@ -127,7 +127,7 @@ pub(crate) async fn run_started(
 }
 
 /// Wait until `proc` ends or `wait` passes.
-async fn wait_end(
+pub(crate) async fn wait_end(
     proc: &BgProcess,
     wait: Duration,
     tick: &(dyn Fn(Duration) + Sync),
@@ -147,7 +147,7 @@ async fn wait_end(
 }
 
 /// Spawn a process of this session, with the protected paths restored when it ends.
-async fn spawn(
+pub(crate) async fn spawn(
     commands: &CommandEnv,
     ctx: &ToolContext,
     command: &str,
@@ -186,7 +186,7 @@ async fn spawn(
     })
 }
 
-fn progress_tick(ctx: &ToolContext, id: &str) -> impl Fn(Duration) + Sync + use<> {
+pub(crate) fn progress_tick(ctx: &ToolContext, id: &str) -> impl Fn(Duration) + Sync + use<> {
     let progress = ctx.progress.clone();
     let id = id.to_string();
     move |waited: Duration| {

@@ -35,7 +35,7 @@ pub enum Dialect {
     Loom,
     /// Seed 002: read_file {path, line_range}, shell_execute, search_files, list_directory, ...
     LoomPy,
-    /// OpenAI Codex CLI: apply_patch {input}.
+    /// OpenAI Codex CLI: apply_patch {input}, exec_command, write_stdin.
     Codex,
     /// Anthropic's API tools: str_replace_based_edit_tool, str_replace_editor, bash.
     Anthropic,
@@ -157,6 +157,8 @@ fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
         (Dialect::Loom, "list_files") => "list_directory",
         (Dialect::LoomPy, "search_files") => "grep",
         (Dialect::Codex, "apply_patch") => "edit_file",
+        (Dialect::Codex, "exec_command") => "run_command",
+        (Dialect::Codex, "write_stdin") => "process_input",
         (Dialect::Anthropic, "str_replace_based_edit_tool" | "str_replace_editor") => "edit_file",
         (Dialect::Anthropic, "bash") => "shell",
         (Dialect::Gemini, "replace") => "edit_file",
@@ -211,7 +213,7 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
             v
         }
         Dialect::Codex => {
-            let mut v = codex::tools(env);
+            let mut v = codex::tools(env, commands);
             v.extend(shared(&["undo"]));
             v
         }
