@@ -301,8 +301,8 @@ impl Dispatcher {
 
     /// The lane a process tool's call goes to: the one its `process_id` names.
     fn process_lane(&self, req: &CallRequest) -> Result<Lane, ToolError> {
-        // Dialects name the id their own way (claude-code: bash_id, shell_id).
-        let id = ["process_id", "bash_id", "shell_id"]
+        // Dialects name the id their own way (claude-code: bash_id, shell_id; codex: session_id).
+        let id = ["process_id", "bash_id", "shell_id", "session_id"]
             .iter()
             .find_map(|k| req.args.get(*k))
             .and_then(Value::as_str)
