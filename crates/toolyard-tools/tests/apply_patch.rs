@@ -6,10 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::json;
-use toolyard_core::{Catalog, Tool, ToolContext, ToolError, ToolResult};
+use toolyard_core::{Tool, ToolContext, ToolError, ToolResult};
 use toolyard_tools::ToolEnv;
-use toolyard_tools::dialect::{self, Dialect};
+use toolyard_tools::dialect::Dialect;
 use toolyard_tools::patch;
+
+mod common;
 
 struct Fixture {
     tmp: tempfile::TempDir,
@@ -20,23 +22,12 @@ struct Fixture {
 
 impl Fixture {
     fn new(files: &[(&str, &str)]) -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let ws = tmp.path().join("ws");
-        fs::create_dir_all(&ws).unwrap();
-        for (p, c) in files {
-            let abs = ws.join(p);
-            fs::create_dir_all(abs.parent().unwrap()).unwrap();
-            fs::write(abs, c).unwrap();
-        }
-        let ws = ws.canonicalize().unwrap();
-        let state = tmp.path().join("state");
-        let env =
-            Arc::new(ToolEnv::open_with_state(&ws, Catalog::builtin(), Some(&state)).unwrap());
-        let tools = dialect::tools(&env, Dialect::Codex)
-            .unwrap()
-            .into_iter()
-            .map(|t| t.tool)
-            .collect();
+        let common::DialectWorkspace {
+            tmp,
+            ws,
+            env,
+            tools,
+        } = common::DialectWorkspace::new(Dialect::Codex, files);
         Self {
             tmp,
             ws,

@@ -11,6 +11,8 @@ use toolyard_core::{Catalog, Tool, ToolContext, ToolResult};
 use toolyard_tools::ToolEnv;
 use toolyard_tools::dialect::{self, Dialect};
 
+mod common;
+
 struct Fixture {
     _tmp: tempfile::TempDir,
     ws: PathBuf,
@@ -19,23 +21,8 @@ struct Fixture {
 
 impl Fixture {
     fn new(files: &[(&str, &str)]) -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let ws = tmp.path().join("ws");
-        fs::create_dir_all(&ws).unwrap();
-        for (p, c) in files {
-            let abs = ws.join(p);
-            fs::create_dir_all(abs.parent().unwrap()).unwrap();
-            fs::write(abs, c).unwrap();
-        }
-        let ws = ws.canonicalize().unwrap();
-        let state = tmp.path().join("state");
-        let env =
-            Arc::new(ToolEnv::open_with_state(&ws, Catalog::builtin(), Some(&state)).unwrap());
-        let tools = dialect::tools(&env, Dialect::ClaudeCode)
-            .unwrap()
-            .into_iter()
-            .map(|t| t.tool)
-            .collect();
+        let common::DialectWorkspace { tmp, ws, tools, .. } =
+            common::DialectWorkspace::new(Dialect::ClaudeCode, files);
         Self {
             _tmp: tmp,
             ws,
