@@ -508,7 +508,8 @@ pub async fn serve_stdio(dispatcher: Arc<Dispatcher>) -> Result<(), ServeError> 
     let server = ToolyardServer::new(dispatcher.clone());
     let session = server.session().to_string();
     tracing::info!(session = %session, "serving MCP over stdio");
-    let (transport, pumps) = stdio::guarded(tokio::io::stdin(), tokio::io::stdout());
+    let (input, output) = stdio::std_streams();
+    let (transport, pumps) = stdio::guarded(input, output);
     let served = match server.serve(transport).await {
         Ok(running) => running
             .waiting()

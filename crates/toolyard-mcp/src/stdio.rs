@@ -177,6 +177,66 @@ fn sniff_id(line: &[u8]) -> Option<Value> {
     None
 }
 
+/// This process's stdin and stdout for the transport. A pipe or a socket (what clients spawn
+/// servers with) is driven by the reactor directly; tokio's own stdin and stdout hand every
+/// read and write to a blocking-pool thread, two thread hand-offs per call. Anything else (a
+/// file, a terminal) keeps tokio's.
+pub(crate) fn std_streams() -> (
+    Box<dyn AsyncRead + Unpin + Send>,
+    Box<dyn AsyncWrite + Unpin + Send>,
+) {
+    let input = reactor_stream(0)
+        .map(|s| -> Box<dyn AsyncRead + Unpin + Send> {
+            match s {
+                Stream::Pipe(f) => match tokio::net::unix::pipe::Receiver::from_file(f) {
+                    Ok(r) => Box::new(r),
+                    Err(_) => Box::new(tokio::io::stdin()),
+                },
+                Stream::Socket(u) => Box::new(u),
+            }
+        })
+        .unwrap_or_else(|| Box::new(tokio::io::stdin()));
+    let output = reactor_stream(1)
+        .map(|s| -> Box<dyn AsyncWrite + Unpin + Send> {
+            match s {
+                Stream::Pipe(f) => match tokio::net::unix::pipe::Sender::from_file(f) {
+                    Ok(w) => Box::new(w),
+                    Err(_) => Box::new(tokio::io::stdout()),
+                },
+                Stream::Socket(u) => Box::new(u),
+            }
+        })
+        .unwrap_or_else(|| Box::new(tokio::io::stdout()));
+    (input, output)
+}
+
+enum Stream {
+    Pipe(std::fs::File),
+    Socket(tokio::net::UnixStream),
+}
+
+/// A duplicate of `fd` when it is a pipe or a socket the reactor can drive.
+fn reactor_stream(fd: std::os::fd::RawFd) -> Option<Stream> {
+    use std::os::fd::{BorrowedFd, OwnedFd};
+    use std::os::unix::fs::FileTypeExt;
+    // SAFETY: 0 and 1 stay open for the life of the process; the borrow only lasts the dup.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let owned: OwnedFd = borrowed.try_clone_to_owned().ok()?;
+    let file = std::fs::File::from(owned);
+    let kind = file.metadata().ok()?.file_type();
+    if kind.is_fifo() {
+        Some(Stream::Pipe(file))
+    } else if kind.is_socket() {
+        let std = std::os::unix::net::UnixStream::from(OwnedFd::from(file));
+        std.set_nonblocking(true).ok()?;
+        tokio::net::UnixStream::from_std(std)
+            .ok()
+            .map(Stream::Socket)
+    } else {
+        None
+    }
+}
+
 /// The guarded stdio transport: the reader and writer rmcp serves on, and the two pump tasks
 /// (join them after the service ends so the last replies reach stdout).
 pub(crate) fn guarded(

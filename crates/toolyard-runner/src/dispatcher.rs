@@ -410,8 +410,15 @@ impl Dispatcher {
         // thread (a ping, another session's call) ever waits behind it.
         let cancel = req.cancel.clone();
         let handle = tokio::runtime::Handle::current();
-        let work =
-            tokio::task::spawn_blocking(move || handle.block_on(tool.invoke(req.args, &ctx)));
+        let work = if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+            // This worker hands its other tasks over and runs the call itself: one thread
+            // hand-off fewer than the blocking pool.
+            tokio::spawn(async move {
+                tokio::task::block_in_place(|| handle.block_on(tool.invoke(req.args, &ctx)))
+            })
+        } else {
+            tokio::task::spawn_blocking(move || handle.block_on(tool.invoke(req.args, &ctx)))
+        };
         tokio::select! {
             r = work => match r {
                 Ok(r) => r.into(),

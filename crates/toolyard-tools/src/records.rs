@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, mpsc};
 
 use async_trait::async_trait;
 use toolyard_core::ToolError;
-use toolyard_workspace::{Journal, Ledger, NewChange, RelPath, Workspace};
+use toolyard_workspace::{Journal, Ledger, LedgerUpdate, NewChange, RelPath, Via, Workspace};
 
 /// What the file tools record per session: reads, writes, and journal entries.
 #[async_trait]
@@ -71,28 +71,27 @@ pub struct LocalRecords {
     seen: Mutex<HashMap<(String, String), Option<String>>>,
     /// The write-behind queue, and the thread that drains it (joined on drop: a CLI process
     /// leaves its reads in the database for the next one).
-    behind: Mutex<Option<mpsc::Sender<LedgerOp>>>,
+    behind: Mutex<Option<mpsc::Sender<LedgerUpdate>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-/// One ledger update for the write-behind thread.
-enum LedgerOp {
-    Read(String, RelPath, String),
-    Write(String, RelPath, String),
-    Forget(String, RelPath),
-}
+/// The most updates the write-behind thread commits in one transaction.
+const BATCH: usize = 512;
 
 impl LocalRecords {
     /// Records over `ledger` and `journal` for `workspace`.
     pub fn new(workspace: Arc<Workspace>, ledger: Ledger, journal: Journal) -> Self {
         let ledger = Arc::new(ledger);
-        let (tx, rx) = mpsc::channel::<LedgerOp>();
+        let (tx, rx) = mpsc::channel::<LedgerUpdate>();
         let db = ledger.clone();
         let writer = std::thread::Builder::new()
             .name("toolyard-ledger".into())
             .spawn(move || {
-                for op in rx {
-                    persist(&db, op);
+                // Whatever queued up while the last batch committed goes in the next one.
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    batch.extend(rx.try_iter().take(BATCH - 1));
+                    persist(&db, &batch);
                 }
             })
             .ok();
@@ -116,28 +115,38 @@ impl LocalRecords {
         self.ledger.seen(session, path)
     }
 
-    fn note(&self, session: &str, path: &RelPath, hash: Option<&str>, op: LedgerOp) {
-        lock(&self.seen).insert(
-            (session.to_string(), path.as_str().to_string()),
-            hash.map(str::to_string),
-        );
+    fn note(&self, session: &str, path: &RelPath, hash: Option<&str>, via: Via) {
+        let key = (session.to_string(), path.as_str().to_string());
+        let known = lock(&self.seen).insert(key, hash.map(str::to_string));
+        // Reading again what the session already knows changes nothing to persist.
+        if via == Via::Read && known.flatten().as_deref() == hash {
+            return;
+        }
+        let update = match hash {
+            Some(h) => LedgerUpdate::Seen {
+                session: session.into(),
+                path: path.clone(),
+                hash: h.into(),
+                via,
+            },
+            None => LedgerUpdate::Forget {
+                session: session.into(),
+                path: path.clone(),
+            },
+        };
         let unsent = match lock(&self.behind).as_ref() {
-            Some(tx) => tx.send(op).err().map(|e| e.0),
-            None => Some(op),
+            Some(tx) => tx.send(update).err().map(|e| e.0),
+            None => Some(update),
         };
         // No writer thread: persist in line.
-        if let Some(op) = unsent {
-            persist(&self.ledger, op);
+        if let Some(update) = unsent {
+            persist(&self.ledger, &[update]);
         }
     }
 
     /// After an undo: the session's view of `path` is `hash`, or nothing when it was removed.
     pub fn set_view(&self, session: &str, path: &RelPath, hash: Option<&str>) {
-        let op = match hash {
-            Some(h) => LedgerOp::Write(session.into(), path.clone(), h.into()),
-            None => LedgerOp::Forget(session.into(), path.clone()),
-        };
-        self.note(session, path, hash, op);
+        self.note(session, path, hash, Via::Write);
     }
 }
 
@@ -150,15 +159,10 @@ impl Drop for LocalRecords {
     }
 }
 
-/// Write one ledger update to the database; a failure only costs a re-read later.
-fn persist(db: &Ledger, op: LedgerOp) {
-    let r = match op {
-        LedgerOp::Read(s, p, h) => db.record_read(&s, &p, &h),
-        LedgerOp::Write(s, p, h) => db.record_write(&s, &p, &h),
-        LedgerOp::Forget(s, p) => db.forget(&s, &p),
-    };
-    if let Err(e) = r {
-        tracing::warn!(error = %e, "could not persist a read-ledger entry");
+/// Write ledger updates to the database; a failure only costs a re-read later.
+fn persist(db: &Ledger, updates: &[LedgerUpdate]) {
+    if let Err(e) = db.apply(updates) {
+        tracing::warn!(error = %e, "could not persist read-ledger entries");
     }
 }
 
@@ -174,8 +178,7 @@ impl Records for LocalRecords {
         path: &RelPath,
         hash: &str,
     ) -> Result<(), ToolError> {
-        let op = LedgerOp::Read(session.into(), path.clone(), hash.into());
-        self.note(session, path, Some(hash), op);
+        self.note(session, path, Some(hash), Via::Read);
         Ok(())
     }
 
@@ -202,8 +205,7 @@ impl Records for LocalRecords {
         path: &RelPath,
         hash: &str,
     ) -> Result<(), ToolError> {
-        let op = LedgerOp::Write(session.into(), path.clone(), hash.into());
-        self.note(session, path, Some(hash), op);
+        self.note(session, path, Some(hash), Via::Write);
         Ok(())
     }
 

@@ -177,6 +177,42 @@ impl Ledger {
         Ok(deleted)
     }
 
+    /// Apply `updates` in one transaction (one WAL commit for a whole batch of reads).
+    pub fn apply(&self, updates: &[LedgerUpdate]) -> Result<(), ToolError> {
+        let mut conn = db::lock(&self.conn);
+        let tx = conn.transaction().map_err(db_err)?;
+        for u in updates {
+            match u {
+                LedgerUpdate::Seen {
+                    session,
+                    path,
+                    hash,
+                    via,
+                } => upsert_in(&tx, session, path, hash, via.as_str())?,
+                LedgerUpdate::Forget { session, path } => {
+                    tx.execute(
+                        "DELETE FROM ledger_seen WHERE session = ?1 AND path = ?2",
+                        params![session, path.as_str()],
+                    )
+                    .map_err(db_err)?;
+                }
+            }
+        }
+        tx.commit().map_err(db_err)?;
+        drop(conn);
+        self.count_updates(updates.len() as u64);
+        Ok(())
+    }
+
+    /// Run retention every [`PRUNE_EVERY`] updates.
+    fn count_updates(&self, n: u64) {
+        let before = self.updates.fetch_add(n, Ordering::Relaxed);
+        let due = before / PRUNE_EVERY != (before + n) / PRUNE_EVERY;
+        if due && let Err(e) = self.prune() {
+            tracing::warn!(error = %e, "ledger retention failed");
+        }
+    }
+
     fn upsert(
         &self,
         session: &str,
@@ -185,21 +221,70 @@ impl Ledger {
         via: &str,
     ) -> Result<(), ToolError> {
         let conn = db::lock(&self.conn);
-        conn.prepare_cached(
-            "INSERT INTO ledger_seen (session, path, hash, via, updated_at)
-             VALUES (?1, ?2, ?3, ?4, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-             ON CONFLICT (session, path) DO UPDATE
-             SET hash = excluded.hash, via = excluded.via, updated_at = excluded.updated_at",
-        )
-        .and_then(|mut st| st.execute(params![session, path.as_str(), hash, via]))
-        .map_err(db_err)?;
+        upsert_in(&conn, session, path, hash, via)?;
         drop(conn);
-        let due = self.updates.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
-        if due && let Err(e) = self.prune() {
-            tracing::warn!(error = %e, "ledger retention failed");
-        }
+        self.count_updates(1);
         Ok(())
     }
+}
+
+/// How a session came to know a path's content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// It read the file.
+    Read,
+    /// Its own write produced it.
+    Write,
+}
+
+impl Via {
+    fn as_str(self) -> &'static str {
+        match self {
+            Via::Read => "read",
+            Via::Write => "write",
+        }
+    }
+}
+
+/// One change to the ledger, for [`Ledger::apply`].
+#[derive(Debug, Clone)]
+pub enum LedgerUpdate {
+    /// `session` now knows `path` as `hash`.
+    Seen {
+        /// The session.
+        session: String,
+        /// The path.
+        path: RelPath,
+        /// The content hash it saw.
+        hash: String,
+        /// How.
+        via: Via,
+    },
+    /// `session` no longer knows `path`.
+    Forget {
+        /// The session.
+        session: String,
+        /// The path.
+        path: RelPath,
+    },
+}
+
+fn upsert_in(
+    conn: &Connection,
+    session: &str,
+    path: &RelPath,
+    hash: &str,
+    via: &str,
+) -> Result<(), ToolError> {
+    conn.prepare_cached(
+        "INSERT INTO ledger_seen (session, path, hash, via, updated_at)
+         VALUES (?1, ?2, ?3, ?4, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+         ON CONFLICT (session, path) DO UPDATE
+         SET hash = excluded.hash, via = excluded.via, updated_at = excluded.updated_at",
+    )
+    .and_then(|mut st| st.execute(params![session, path.as_str(), hash, via]))
+    .map_err(db_err)?;
+    Ok(())
 }
 
 fn to_sql_int(v: u64) -> i64 {

@@ -20,5 +20,5 @@ pub use journal::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_CHANGES, Journal, JournalConfig, NewChange, UNDO_TOOL,
     UndoOutcome,
 };
-pub use ledger::{Ledger, LedgerLimits};
+pub use ledger::{Ledger, LedgerLimits, LedgerUpdate, Via};
 pub use state::StateDir;
