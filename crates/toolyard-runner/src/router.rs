@@ -64,11 +64,31 @@ struct RunnerConn {
     pid: u32,
 }
 
+/// Where the runner of one key lives: starting one holds `start` (so two calls never start
+/// two), and only that key's calls wait behind a slow start, not every session's.
+#[derive(Default)]
+struct Slot {
+    start: Mutex<()>,
+    conn: std::sync::Mutex<Option<Arc<RunnerConn>>>,
+}
+
+impl Slot {
+    /// The runner, if its link is alive.
+    fn live(&self) -> Option<Arc<RunnerConn>> {
+        self.conn
+            .lock()
+            .ok()?
+            .as_ref()
+            .filter(|r| r.alive.load(Ordering::SeqCst))
+            .cloned()
+    }
+}
+
 /// Sends calls to the runner of their lane.
 pub struct Router {
     link: Arc<dyn RunnerLink>,
     records: Arc<dyn Records>,
-    runners: Mutex<HashMap<Key, Arc<RunnerConn>>>,
+    runners: std::sync::Mutex<HashMap<Key, Arc<Slot>>>,
     next_job: AtomicU64,
     /// Background process ids whose runner died (and killed them), per session token.
     lost: LostIds,
@@ -86,7 +106,7 @@ impl Router {
         Self {
             link,
             records,
-            runners: Mutex::new(HashMap::new()),
+            runners: std::sync::Mutex::default(),
             next_job: AtomicU64::new(1),
             lost: Arc::default(),
         }
@@ -122,11 +142,11 @@ impl Router {
     }
 
     async fn live(&self, of: impl Fn(&Option<String>) -> bool) -> Vec<Lane> {
-        let runners = self.runners.lock().await;
-        let mut v: Vec<Lane> = runners
-            .iter()
-            .filter(|((t, _), r)| of(t) && r.alive.load(Ordering::SeqCst))
-            .map(|((_, l), _)| *l)
+        let mut v: Vec<Lane> = self
+            .slots()
+            .into_iter()
+            .filter(|((t, _), slot)| of(t) && slot.live().is_some())
+            .map(|((_, l), _)| l)
             .collect();
         v.sort();
         v.dedup();
@@ -138,13 +158,17 @@ impl Router {
     pub async fn end_session(&self, session: &str) {
         let token = self.token(session);
         let targets: Vec<Arc<RunnerConn>> = {
-            let mut runners = self.runners.lock().await;
-            if token.is_some() {
+            let Ok(mut runners) = self.runners.lock() else {
+                return;
+            };
+            let slots: Vec<Arc<Slot>> = if token.is_some() {
+                // Dropping the session's slots closes its links: its runners exit.
                 let keys: Vec<Key> = runners.keys().filter(|k| k.0 == token).cloned().collect();
                 keys.iter().filter_map(|k| runners.remove(k)).collect()
             } else {
                 runners.values().cloned().collect()
-            }
+            };
+            slots.iter().filter_map(|s| s.live()).collect()
         };
         for r in targets {
             let msg = ToRunner::EndSession {
@@ -186,11 +210,16 @@ impl Router {
     }
 
     async fn pid_of(&self, key: &Key) -> Option<u32> {
-        let runners = self.runners.lock().await;
-        runners
-            .get(key)
-            .filter(|r| r.alive.load(Ordering::SeqCst))
-            .map(|r| r.pid)
+        let slot = self.runners.lock().ok()?.get(key).cloned()?;
+        slot.live().map(|r| r.pid)
+    }
+
+    /// Every slot, copied out of the lock.
+    fn slots(&self) -> Vec<(Key, Arc<Slot>)> {
+        self.runners
+            .lock()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
     }
 
     /// Run `job` (its id is assigned here) in the runner of `lane`, as a call that may change
@@ -269,12 +298,25 @@ impl Router {
 
     /// The runner of `key`, started if there is none or its link died.
     async fn runner(&self, key: &Key) -> Result<Arc<RunnerConn>, ToolError> {
-        let mut runners = self.runners.lock().await;
-        if let Some(r) = runners.get(key).filter(|r| r.alive.load(Ordering::SeqCst)) {
-            return Ok(r.clone());
+        let slot = self
+            .runners
+            .lock()
+            .map_err(|_| ToolError::Io("the router's runner table is poisoned".into()))?
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        if let Some(r) = slot.live() {
+            return Ok(r);
+        }
+        let _starting = slot.start.lock().await;
+        // Another call may have started it while this one waited.
+        if let Some(r) = slot.live() {
+            return Ok(r);
         }
         let conn = Arc::new(self.start(key).await?);
-        runners.insert(key.clone(), conn.clone());
+        if let Ok(mut c) = slot.conn.lock() {
+            *c = Some(conn.clone());
+        }
         Ok(conn)
     }
 
@@ -348,7 +390,7 @@ impl Router {
             },
             pending.clone(),
             alive.clone(),
-            tx.clone(),
+            tx.downgrade(),
             Shared {
                 records: self.records.clone(),
                 remote: self.link.is_remote(),
@@ -514,7 +556,9 @@ async fn read_results(
     mut link: Link,
     pending: PendingMap,
     alive: Arc<AtomicBool>,
-    tx: mpsc::Sender<ToRunner>,
+    // Weak: the link stays open only while the router holds its runner (or a call is in
+    // flight on it); dropping the runner closes the runner's stdin, and it exits.
+    tx: mpsc::WeakSender<ToRunner>,
     shared: Shared,
     (issued, lost, token): (IdSet, LostIds, Option<String>),
 ) {
@@ -538,7 +582,9 @@ async fn read_results(
                 }
                 seq += 1;
                 // A full queue is a busy link, not a dead one: skip this ping.
-                let _ = tx.try_send(ToRunner::Ping { seq });
+                if let Some(tx) = tx.upgrade() {
+                    let _ = tx.try_send(ToRunner::Ping { seq });
+                }
                 continue;
             }
         };
@@ -586,11 +632,13 @@ async fn read_results(
                         rid,
                         result: Reply::from_result(Err(e)),
                     };
-                    let tx = tx.clone();
-                    tokio::spawn(async move { tx.send(reply).await });
+                    if let Some(tx) = tx.upgrade() {
+                        tokio::spawn(async move { tx.send(reply).await });
+                    }
                     continue;
                 }
-                let (shared, tx, begun) = (shared.clone(), tx.clone(), begun.clone());
+                let Some(tx) = tx.upgrade() else { continue };
+                let (shared, begun) = (shared.clone(), begun.clone());
                 tokio::spawn(async move {
                     let is_begin = matches!(op, RecordOp::JournalBegin { .. });
                     let result = apply(shared.records.as_ref(), op, shared.remote).await;
@@ -608,7 +656,9 @@ async fn read_results(
                 });
             }
             FromRunner::Ping { seq } => {
-                let _ = tx.try_send(ToRunner::Pong { seq });
+                if let Some(tx) = tx.upgrade() {
+                    let _ = tx.try_send(ToRunner::Pong { seq });
+                }
             }
             FromRunner::Pong { .. } | FromRunner::Ready { .. } => {}
         }

@@ -360,9 +360,18 @@ fn each_session_gets_its_own_runner_when_the_template_names_the_session() {
             router.runner_pid_for("bob/../x", Lane::Net).await,
             Some(b.0)
         );
-        // The session ends: its runner is closed, the other's stays.
+        // The session ends: its runner is closed (the process exits), the other's stays.
         d.end_session("alice").await;
         assert_eq!(router.runner_pid_for("alice", Lane::Net).await, None);
+        let waited = Instant::now();
+        while Path::new(&format!("/proc/{}", a.0)).exists() {
+            assert!(
+                waited.elapsed() < HARNESS,
+                "alice's runner outlived her session"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(Path::new(&format!("/proc/{}", b.0)).exists());
         assert_eq!(router.live_lanes_for("bob/../x").await, vec![Lane::Net]);
     });
 }
