@@ -135,6 +135,7 @@ struct CatalogFile {
     oracle: Option<IgnoredAny>,
     project: Option<IgnoredAny>,
     processes: Option<IgnoredAny>,
+    remote: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

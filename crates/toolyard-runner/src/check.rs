@@ -12,12 +12,13 @@ use toolyard_tools::web::WebConfig;
 use toolyard_workspace::JournalConfig;
 
 use crate::HooksConfig;
+use crate::link::RemoteConfig;
 
 /// Check every section of `catalog` (`[policy]`, `[sandbox]`, `[lanes]`, `[exec]`, `[hooks]`,
-/// `[journal]`, `[web]`, `[oracle]`, `[project]`) and the policy's patterns; the error lists
+/// `[journal]`, `[web]`, `[oracle]`, `[project]`, `[processes]`, `[remote]`) and the policy's patterns; the error lists
 /// every mistake found, one a line. The tools and profiles were checked when it was parsed.
 pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
-    let checks: [Result<(), CatalogError>; 10] = [
+    let checks: [Result<(), CatalogError>; 11] = [
         catalog.check_section::<PolicyConfig>("policy"),
         catalog.check_section::<SandboxConfig>("sandbox"),
         catalog.check_section::<LanesConfig>("lanes"),
@@ -28,6 +29,7 @@ pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
         catalog.check_section::<OracleConfig>("oracle"),
         catalog.check_section::<ProjectConfig>("project"),
         catalog.check_section::<ProcessesConfig>("processes"),
+        catalog.check_section::<RemoteConfig>("remote"),
     ];
     let mut messages: Vec<String> = checks
         .into_iter()

@@ -14,8 +14,9 @@ use toolyard_core::{
 use toolyard_tools::{Dialect, DialectTool, ToolEnv};
 
 use crate::hooks::{HookCall, Hooks};
+use crate::link::{CommandLink, RemoteConfig, RunnerLink, RunnerSpawn};
 use crate::protocol::Job;
-use crate::router::{Router, RunnerSpawn};
+use crate::router::Router;
 
 /// How calls are executed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -45,10 +46,11 @@ const INLINE_NOTE: &str = " NOT SANDBOXED: this server runs inline, so the comma
      the user's full access to every file and to the network; no lane rule applies.";
 
 /// Whether the tool of `engine` runs in the server process: the file tools and the ones that
-/// write Toolyard's own state.
-fn in_server(engine: &str) -> bool {
+/// write Toolyard's own state. With a `remote` link the file tools go to the runner, whose
+/// workspace it is: the server never touches the files on its own disk.
+fn in_server(engine: &str, remote: bool) -> bool {
     toolyard_tools::dialect::SERVER_SIDE.contains(&engine)
-        || toolyard_tools::dialect::FILE_TOOLS.contains(&engine)
+        || (!remote && toolyard_tools::dialect::FILE_TOOLS.contains(&engine))
 }
 
 /// What a dispatcher serves.
@@ -130,7 +132,24 @@ impl Dispatcher {
         // Every section now, so a mistake fails the start, not the first call that reads it.
         crate::check_catalog(&config.catalog)
             .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
-        let env = Arc::new(ToolEnv::open_with_state(
+        let remote: RemoteConfig = config
+            .catalog
+            .section("remote")
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let remote = CommandLink::from_config(&remote);
+        if remote.is_some() && config.mode == Mode::Inline {
+            return Err(ToolError::InvalidArguments(
+                "the catalog's [remote] command runs the tools on a remote runner, but this server runs them inline (--inline); drop --inline, or the [remote] section".into(),
+            ));
+        }
+        type Open =
+            fn(&std::path::Path, Catalog, Option<&std::path::Path>) -> Result<ToolEnv, ToolError>;
+        let open: Open = if remote.is_some() {
+            ToolEnv::open_for_remote
+        } else {
+            ToolEnv::open_with_state
+        };
+        let env = Arc::new(open(
             &config.workspace,
             config.catalog.clone(),
             config.state_dir.as_deref(),
@@ -147,15 +166,18 @@ impl Dispatcher {
         let hooks = Hooks::from_catalog(&config.catalog, env.workspace.root())?;
         let router = match &config.mode {
             Mode::Inline => None,
-            Mode::Lanes { exe } => Some(Router::new(
-                RunnerSpawn {
-                    exe: exe.clone(),
-                    workspace: env.workspace.root().to_path_buf(),
-                    catalog: config.catalog_path.clone(),
-                    state_dir: config.state_dir.clone(),
-                },
-                env.records.clone(),
-            )),
+            Mode::Lanes { exe } => {
+                let link: Arc<dyn RunnerLink> = match remote {
+                    Some(command) => Arc::new(command),
+                    None => Arc::new(RunnerSpawn {
+                        exe: exe.clone(),
+                        workspace: env.workspace.root().to_path_buf(),
+                        catalog: config.catalog_path.clone(),
+                        state_dir: config.state_dir.clone(),
+                    }),
+                };
+                Some(Router::with_link(link, env.records.clone()))
+            }
         };
         Ok(Self {
             env,
@@ -229,7 +251,14 @@ impl Dispatcher {
 
     /// Whether `tool` runs in this (server) process rather than in its lane's runner.
     pub fn runs_in_server(&self, tool: &str) -> bool {
-        self.tools.get(tool).is_some_and(|t| in_server(t.engine))
+        self.tools
+            .get(tool)
+            .is_some_and(|t| in_server(t.engine, self.is_remote()))
+    }
+
+    /// Whether the runners' workspace is elsewhere (the catalog's `[remote]` link).
+    pub fn is_remote(&self) -> bool {
+        self.router.as_ref().is_some_and(Router::is_remote)
     }
 
     /// The catalog entry a served tool runs under (its lane and limits).
@@ -316,7 +345,7 @@ impl Dispatcher {
             .and_then(|l| l.parse().ok())
             .ok_or_else(unknown)?;
         if let Some(router) = &self.router
-            && router.is_lost(id)
+            && router.is_lost(&req.session, id)
         {
             return Err(ToolError::Unavailable(format!(
                 "process `{id}` is lost: the {lane} runner that held it stopped, and every process it ran was killed; start the command again"
@@ -335,7 +364,7 @@ impl Dispatcher {
         let spec = self.spec("process_list");
         let mut rows: Vec<Value> = Vec::new();
         let mut text = String::new();
-        for lane in router.live_lanes().await {
+        for lane in router.live_lanes_for(&req.session).await {
             let job = Job {
                 id: String::new(),
                 session: req.session.clone(),
@@ -377,7 +406,15 @@ impl Dispatcher {
                 }
             }
         }
-        if let (Some(router), false) = (&self.router, in_server(entry.engine)) {
+        if self.is_remote() && entry.engine == "undo" {
+            // Undo writes the files, which are on the runner's side: not from here.
+            return ToolError::Unavailable(
+                "undo is not available with a [remote] runner yet: the files are on the runner's side; restore the previous content with write_file or edit_file (`toolyard log` lists the changes)".into(),
+            )
+            .into();
+        }
+        let remote = self.is_remote();
+        if let (Some(router), false) = (&self.router, in_server(entry.engine, remote)) {
             let job = Job {
                 id: String::new(),
                 session: req.session,
@@ -390,7 +427,10 @@ impl Dispatcher {
                 max_output_bytes: spec.max_output_bytes,
             };
             let progress = req.progress.unwrap_or_else(|| Arc::new(|_| {}));
-            return router.submit(spec.lane, job, req.cancel, progress).await;
+            let mutating = !entry.tool.annotations().read_only;
+            return router
+                .submit_with(spec.lane, job, req.cancel, progress, mutating)
+                .await;
         }
         let ctx = ToolContext {
             workspace_root: self.env.workspace.root().to_path_buf(),

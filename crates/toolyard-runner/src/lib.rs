@@ -7,6 +7,7 @@
 mod check;
 mod dispatcher;
 pub mod hooks;
+pub mod link;
 pub mod process;
 pub mod protocol;
 pub mod router;
@@ -14,5 +15,6 @@ pub mod router;
 pub use check::check_catalog;
 pub use dispatcher::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 pub use hooks::{HookCall, Hooks, HooksConfig};
+pub use link::{CommandLink, RemoteConfig, RunnerLink, RunnerSpawn};
 pub use process::{RunnerArgs, runner_main};
-pub use router::{Router, RunnerSpawn};
+pub use router::Router;

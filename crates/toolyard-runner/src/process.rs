@@ -1,12 +1,13 @@
-//! The runner process (`toolyard runner --lane L --workspace DIR`): sandbox itself once, then
-//! serve jobs from stdin, several at once, until stdin closes.
+//! The runner process (`toolyard runner --lane L --workspace DIR`): sandbox itself once, say
+//! it is ready, read the router's hello, then serve jobs from stdin, several at once, until
+//! stdin closes or the router goes silent for [`MISSED_PINGS`] heartbeats.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::ChildStdin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,9 +18,18 @@ use toolyard_core::{Catalog, Lane, Tool, ToolContext, ToolError, ToolResult};
 use toolyard_exec::sandbox::{self, LanePolicy, LanesConfig, SandboxConfig};
 use toolyard_tools::records::Records;
 use toolyard_tools::{Dialect, ToolEnv};
-use toolyard_workspace::{RelPath, StateDir};
+use toolyard_workspace::{RelPath, StateDir, Workspace};
 
-use crate::protocol::{FromRunner, Job, LineReader, RecordOp, Reply, ToRunner};
+use crate::protocol::{
+    FromRunner, Hello, Job, LineReader, MAX_LINE_BYTES, MAX_PRE_IMAGE_BYTES, MISSED_PINGS,
+    PROTOCOL_VERSION, PreImageWire, RecordOp, Reply, ToRunner, encode,
+};
+
+/// How long a runner waits for the router's hello after saying it is ready.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Messages waiting for stdout: past this, senders wait (back-pressure).
+const QUEUE: usize = 256;
 
 /// What `toolyard runner` is started with.
 #[derive(Debug, Clone)]
@@ -282,17 +292,19 @@ fn make_writable(dir: &Path) {
     }
 }
 
-/// The environment variable through which the router gives a runner its first process number.
-pub const PROCESS_BASE_ENV: &str = "TOOLYARD_PROCESS_BASE";
-
 /// A line writer shared by every task.
-type Out = mpsc::UnboundedSender<FromRunner>;
+type Out = mpsc::Sender<FromRunner>;
 
 /// [`Records`] kept by the router, asked for over the job protocol.
 struct RemoteRecords {
     out: Out,
     next: AtomicU64,
     waiting: Mutex<HashMap<u64, oneshot::Sender<Reply>>>,
+    /// The router cannot read this workspace: ship the previous content with each journal
+    /// request (its hello says so).
+    pre_images: AtomicBool,
+    /// Where the previous content is read from.
+    workspace: OnceLock<Arc<Workspace>>,
 }
 
 impl RemoteRecords {
@@ -302,6 +314,7 @@ impl RemoteRecords {
         self.waiting.lock().await.insert(rid, tx);
         self.out
             .send(FromRunner::Request { rid, op })
+            .await
             .map_err(|_| ToolError::Unavailable("the router is gone".into()))?;
         rx.await
             .map_err(|_| {
@@ -372,12 +385,22 @@ impl Records for RemoteRecords {
         path: &RelPath,
         new_hash: &str,
     ) -> Result<i64, ToolError> {
+        let pre = match (self.pre_images.load(Ordering::SeqCst), self.workspace.get()) {
+            (true, Some(ws)) => Some(pre_image(ws, path)?),
+            (true, None) => {
+                return Err(ToolError::Unavailable(
+                    "the runner's workspace is not open yet".into(),
+                ));
+            }
+            (false, _) => None,
+        };
         self.ask(RecordOp::JournalBegin {
             session: session.into(),
             call_id: call_id.into(),
             tool: tool.into(),
             path: path.as_str().into(),
             new_hash: new_hash.into(),
+            pre,
         })
         .await?
         .ok_or_else(|| ToolError::Io("the router returned no change id".into()))
@@ -390,6 +413,64 @@ impl Records for RemoteRecords {
     }
 }
 
+/// What `path` holds now, for the router's journal: its bytes and mode, or absent.
+fn pre_image(ws: &Workspace, path: &RelPath) -> Result<PreImageWire, ToolError> {
+    use cap_std::fs::PermissionsExt;
+    use std::io::Read;
+    let Some(meta) = ws.metadata(path)? else {
+        return Ok(PreImageWire::new(None, None));
+    };
+    if !meta.is_file() {
+        return Err(ToolError::InvalidArguments(format!(
+            "{path} is not a regular file; only regular files can be changed"
+        )));
+    }
+    let too_big = |len: u64| {
+        ToolError::InvalidArguments(format!(
+            "{path} is {len} bytes; on a remote runner a change ships the file's previous content to the journal, at most {MAX_PRE_IMAGE_BYTES} bytes; change a smaller file, or split this one with run_command"
+        ))
+    };
+    if meta.len() > MAX_PRE_IMAGE_BYTES {
+        return Err(too_big(meta.len()));
+    }
+    let file = ws.open_file(path)?;
+    let mode = file
+        .metadata()
+        .map_err(|e| ws.map_err(e, path))?
+        .permissions()
+        .mode()
+        & 0o7777;
+    let mut bytes = Vec::new();
+    // Bounded even if the file grows after the check.
+    file.take(MAX_PRE_IMAGE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ws.map_err(e, path))?;
+    if bytes.len() as u64 > MAX_PRE_IMAGE_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(PreImageWire::new(Some(&bytes), Some(mode)))
+}
+
+/// The router's hello, checked: `Err` says why this runner cannot serve it.
+fn hello_of(line: Option<&str>) -> Result<Hello, String> {
+    let Some(line) = line else {
+        return Err(format!(
+            "the router sent no hello within {} s; is it a toolyard server?",
+            HELLO_TIMEOUT.as_secs()
+        ));
+    };
+    match serde_json::from_str::<ToRunner>(line) {
+        Ok(ToRunner::Hello(h)) if h.proto == PROTOCOL_VERSION => Ok(h),
+        Ok(ToRunner::Hello(h)) => Err(format!(
+            "the router speaks job protocol version {}, this runner version {PROTOCOL_VERSION}: install the same toolyard release on both sides",
+            h.proto
+        )),
+        _ => Err(format!(
+            "the router's first line is not a hello, so it speaks job protocol version 1 and this runner version {PROTOCOL_VERSION}: upgrade the toolyard server"
+        )),
+    }
+}
+
 async fn serve(
     lane: Lane,
     root: PathBuf,
@@ -398,23 +479,16 @@ async fn serve(
     slots: usize,
     sandbox: String,
 ) -> Result<(), ToolError> {
-    let (out, mut out_rx) = mpsc::unbounded_channel::<FromRunner>();
-    let writer = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
-        while let Some(msg) = out_rx.recv().await {
-            let Ok(mut line) = serde_json::to_vec(&msg) else {
-                continue;
-            };
-            line.push(b'\n');
-            if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
-                break;
-            }
-        }
-    });
+    let (out, out_rx) = mpsc::channel::<FromRunner>(QUEUE);
+    // The router's frame limit, known from its hello.
+    let frame = Arc::new(AtomicUsize::new(MAX_LINE_BYTES));
+    let writer = tokio::spawn(write_out(out_rx, frame.clone()));
     let records = Arc::new(RemoteRecords {
         out: out.clone(),
         next: AtomicU64::new(1),
         waiting: Mutex::new(HashMap::new()),
+        pre_images: AtomicBool::new(false),
+        workspace: OnceLock::new(),
     });
     let env = Arc::new(ToolEnv::with_records(
         &root,
@@ -422,6 +496,7 @@ async fn serve(
         catalog,
         records.clone(),
     )?);
+    let _ = records.workspace.set(env.workspace.clone());
     let mut tools: HashMap<(String, String), Arc<dyn Tool>> = HashMap::new();
     for dialect in Dialect::ALL {
         for t in toolyard_tools::dialect::tools(&env, dialect)? {
@@ -429,23 +504,65 @@ async fn serve(
         }
     }
     let tools = Arc::new(tools);
-    // Process ids name the lane, so the dispatcher routes later calls here; a restarted
-    // runner continues the numbering its router gives it, so an old id is never reused.
-    let base = std::env::var(PROCESS_BASE_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    toolyard_tools::process::set_lane(lane.as_str(), base);
     let slots = Arc::new(Semaphore::new(slots.max(1)));
     let jobs: Arc<Mutex<HashMap<String, CancellationToken>>> = Arc::default();
-    let _ = out.send(FromRunner::Ready {
-        lane: lane.to_string(),
-        pid: std::process::id(),
-        sandbox,
-    });
+    let _ = out
+        .send(FromRunner::Ready {
+            proto: PROTOCOL_VERSION,
+            max_frame: MAX_LINE_BYTES as u64,
+            lane: lane.to_string(),
+            pid: std::process::id(),
+            sandbox,
+        })
+        .await;
 
     let mut lines = LineReader::new(BufReader::new(tokio::io::stdin()));
-    while let Some(line) = lines.next_line().await {
+    let first = tokio::time::timeout(HELLO_TIMEOUT, lines.next_line())
+        .await
+        .ok()
+        .flatten();
+    let hello = match hello_of(first.as_deref()) {
+        Ok(h) => h,
+        Err(why) => {
+            tracing::error!("{why}");
+            drop(out);
+            let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+            return Err(ToolError::Unavailable(why));
+        }
+    };
+    frame.store(
+        usize::try_from(hello.max_frame)
+            .unwrap_or(MAX_LINE_BYTES)
+            .clamp(1024, MAX_LINE_BYTES),
+        Ordering::SeqCst,
+    );
+    records.pre_images.store(hello.pre_images, Ordering::SeqCst);
+    // Process ids name the lane, so the dispatcher routes later calls here; a restarted
+    // runner continues the numbering its router gives it, so an old id is never reused.
+    toolyard_tools::process::set_lane(lane.as_str(), hello.process_base.max(1));
+    let period = Duration::from_millis(hello.heartbeat_ms.max(10));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut heard = tokio::time::Instant::now();
+    let mut seq = 0u64;
+    loop {
+        let line = tokio::select! {
+            line = lines.next_line() => line,
+            _ = tick.tick() => {
+                if heard.elapsed() >= period * MISSED_PINGS {
+                    tracing::error!(
+                        "the router went silent ({} ms without a line, {MISSED_PINGS} heartbeats): stopping every job and exiting",
+                        heard.elapsed().as_millis()
+                    );
+                    break;
+                }
+                seq += 1;
+                let _ = out.try_send(FromRunner::Ping { seq });
+                continue;
+            }
+        };
+        let Some(line) = line else { break };
+        heard = tokio::time::Instant::now();
         let msg: ToRunner = match serde_json::from_str(&line) {
             Ok(m) => m,
             Err(e) => {
@@ -473,9 +590,14 @@ async fn serve(
                         }
                     };
                     jobs.lock().await.remove(&id);
-                    let _ = out.send(FromRunner::Result { id, result });
+                    let _ = out.send(FromRunner::Result { id, result }).await;
                 });
             }
+            ToRunner::Ping { seq } => {
+                let _ = out.try_send(FromRunner::Pong { seq });
+            }
+            ToRunner::Pong { .. } => {}
+            ToRunner::Hello(_) => tracing::warn!("runner: ignoring a second hello"),
             ToRunner::Cancel { id } => {
                 if let Some(token) = jobs.lock().await.get(&id) {
                     token.cancel();
@@ -500,6 +622,37 @@ async fn serve(
     Ok(())
 }
 
+/// Write every message to stdout, one line each; a result too large for the router's frame
+/// limit becomes an error result.
+async fn write_out(mut rx: mpsc::Receiver<FromRunner>, frame: Arc<AtomicUsize>) {
+    let mut stdout = tokio::io::stdout();
+    while let Some(msg) = rx.recv().await {
+        let line = match encode(&msg, frame.load(Ordering::SeqCst)) {
+            Ok(l) => l,
+            Err(why) => {
+                let FromRunner::Result { id, .. } = msg else {
+                    tracing::warn!(%why, "runner: dropped a message to the router");
+                    continue;
+                };
+                let e = ToolError::Io(format!(
+                    "the result cannot reach the server: {why}; ask for less output (a narrower range, a filter)"
+                ));
+                let small = FromRunner::Result {
+                    id,
+                    result: e.into(),
+                };
+                match encode(&small, usize::MAX) {
+                    Ok(l) => l,
+                    Err(_) => continue,
+                }
+            }
+        };
+        if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
+            break;
+        }
+    }
+}
+
 async fn run_job(
     tools: &HashMap<(String, String), Arc<dyn Tool>>,
     env: &Arc<ToolEnv>,
@@ -522,8 +675,9 @@ async fn run_job(
         session_id: job.session,
         call_id: job.call_id,
         cancel: cancel.clone(),
+        // Progress is advisory: dropped when the link is busy.
         progress: Arc::new(move |p| {
-            let _ = progress_out.send(FromRunner::Progress {
+            let _ = progress_out.try_send(FromRunner::Progress {
                 id: id.clone(),
                 progress: p,
             });

@@ -1,13 +1,23 @@
-//! The job protocol between the router and a runner process: JSON lines.
+//! The job protocol between the router and a runner process: JSON lines over a link (a local
+//! child's pipes, or whatever byte stream a `[remote] command` reaches a runner through).
+//!
+//! Version [`PROTOCOL_VERSION`]. Each side's first line says its version: the router's
+//! `hello`, the runner's `ready`. Both sides then ping every `heartbeat_ms` and answer pings
+//! with pongs; a side that hears no line for [`MISSED_PINGS`] periods takes the link as dead.
+//! No line is longer than the reader's `max_frame` (said in `hello` and `ready`).
 //!
 //! Router → runner (the runner's stdin):
+//! - `{"type":"hello","proto":2,"max_frame":67108864,"heartbeat_ms":5000,"process_base":1,"pre_images":true}` first
+//! - `{"type":"ping","seq":4}` / `{"type":"pong","seq":4}`
 //! - `{"type":"job","id":"7","session":"s","call_id":"c7","dialect":"loopr","tool":"grep","args":{..},"timeout_ms":60000,"max_timeout_ms":600000,"max_output_bytes":100000}`
 //! - `{"type":"cancel","id":"7"}`
 //! - `{"type":"end_session","session":"s"}`: kill the session's background processes
 //! - `{"type":"reply","rid":3,"result":{"ok":7}}` or `{"type":"reply","rid":3,"result":{"err":{"StaleRead":{"path":"src/a.rs"}}}}`
 //!
 //! Runner → router (the runner's stdout):
-//! - `{"type":"ready","lane":"no-net","pid":4242,"sandbox":"..."}` once, after the sandbox is on
+//! - `{"type":"ready","proto":2,"max_frame":67108864,"lane":"no-net","pid":4242,"sandbox":"..."}`
+//!   once, after the sandbox is on and the hello read
+//! - `{"type":"ping","seq":4}` / `{"type":"pong","seq":4}`
 //! - `{"type":"result","id":"7","result":{ToolResult}}`
 //! - `{"type":"progress","id":"7","progress":{"progress":3.0,"message":".."}}`
 //! - `{"type":"request","rid":3,"op":{"record_read":{..}}}`: a runner may not write Toolyard's
@@ -17,10 +27,40 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolyard_core::{Progress, ToolError, ToolResult};
 
+/// The version of this protocol. 1 was the unversioned protocol before the hello (a runner of
+/// it sends a `ready` without `proto`).
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// How many heartbeat periods without a line from the other side make a link dead.
+pub const MISSED_PINGS: u32 = 3;
+
+/// The heartbeat period unless the catalog's `[remote] heartbeat_ms` says otherwise.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 5_000;
+
+/// The largest previous content a remote runner ships inline with a journal request (its
+/// base64 form stays well under [`MAX_LINE_BYTES`]).
+pub const MAX_PRE_IMAGE_BYTES: u64 = 16 << 20;
+
+fn protocol_one() -> u32 {
+    1
+}
+
 /// A message to a runner.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToRunner {
+    /// The router's first line.
+    Hello(Hello),
+    /// Are you there? Answered with a pong.
+    Ping {
+        /// Echoed in the pong.
+        seq: u64,
+    },
+    /// The answer to the runner's ping.
+    Pong {
+        /// The ping's.
+        seq: u64,
+    },
     /// Run a tool.
     Job(Job),
     /// Stop a job: cancel its token, which kills its command's process tree.
@@ -40,6 +80,24 @@ pub enum ToRunner {
         /// Its outcome.
         result: Reply,
     },
+}
+
+/// What the router says first: its protocol and how this link works.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Hello {
+    /// The router's [`PROTOCOL_VERSION`].
+    pub proto: u32,
+    /// The longest line the router reads.
+    pub max_frame: u64,
+    /// The heartbeat period: the runner pings this often and expects a line from the router
+    /// at least every [`MISSED_PINGS`] periods.
+    pub heartbeat_ms: u64,
+    /// The first background process number this runner hands out (past every id of the
+    /// runners before it, so an old id is never reused).
+    pub process_base: u64,
+    /// Ship the previous content with every journal request: the router cannot read the
+    /// runner's workspace (a remote link).
+    pub pre_images: bool,
 }
 
 /// One call, as a runner receives it.
@@ -71,6 +129,12 @@ pub struct Job {
 pub enum FromRunner {
     /// The runner is sandboxed and serving.
     Ready {
+        /// Its [`PROTOCOL_VERSION`] (1 when absent: a runner from before the hello).
+        #[serde(default = "protocol_one")]
+        proto: u32,
+        /// The longest line it reads (0 when absent: [`MAX_LINE_BYTES`]).
+        #[serde(default)]
+        max_frame: u64,
         /// Its lane.
         lane: String,
         /// Its process id.
@@ -91,6 +155,16 @@ pub enum FromRunner {
         id: String,
         /// The report.
         progress: Progress,
+    },
+    /// Are you there? Answered with a pong.
+    Ping {
+        /// Echoed in the pong.
+        seq: u64,
+    },
+    /// The answer to the router's ping.
+    Pong {
+        /// The ping's.
+        seq: u64,
     },
     /// The runner asks the router to keep a record.
     Request {
@@ -144,6 +218,9 @@ pub enum RecordOp {
         path: String,
         /// The content hash it will have.
         new_hash: String,
+        /// The file's content before the change, when the router asked for pre-images.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pre: Option<PreImageWire>,
     },
     /// The journaled change landed or not.
     JournalEnd {
@@ -152,6 +229,51 @@ pub enum RecordOp {
         /// Whether it landed.
         done: bool,
     },
+}
+
+/// A file's previous state on the wire (see `toolyard_workspace::PreImage`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PreImageWire {
+    /// The bytes in standard base64, `None` when the file did not exist.
+    pub content: Option<String>,
+    /// Their blake3 hash (hex), checked by the router.
+    pub hash: Option<String>,
+    /// The permission bits.
+    pub mode: Option<u32>,
+}
+
+impl PreImageWire {
+    /// The pre-image of `content` (`None`: the file does not exist) with `mode`.
+    pub fn new(content: Option<&[u8]>, mode: Option<u32>) -> Self {
+        use base64::Engine;
+        Self {
+            content: content.map(|c| base64::engine::general_purpose::STANDARD.encode(c)),
+            hash: content.map(toolyard_workspace::hash_bytes),
+            mode,
+        }
+    }
+
+    /// The bytes (`None`: the file did not exist), checked against the hash; `path` names the
+    /// file in errors.
+    pub fn decode(&self, path: &str) -> Result<Option<Vec<u8>>, ToolError> {
+        use base64::Engine;
+        let Some(text) = &self.content else {
+            return Ok(None);
+        };
+        let bad = |why: String| {
+            ToolError::Io(format!(
+                "the runner's previous content of {path} is unusable ({why}); nothing was written, retry the call"
+            ))
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| bad(format!("not base64: {e}")))?;
+        let hash = toolyard_workspace::hash_bytes(&bytes);
+        if self.hash.as_deref() != Some(hash.as_str()) {
+            return Err(bad("its hash does not match its bytes".into()));
+        }
+        Ok(Some(bytes))
+    }
 }
 
 /// The answer to a [`RecordOp`].
@@ -186,10 +308,26 @@ impl Reply {
 /// is skipped, so a runner cannot make the server hold an unbounded buffer, nor the reverse.
 pub const MAX_LINE_BYTES: usize = 64 << 20;
 
-/// Reads protocol lines of at most [`MAX_LINE_BYTES`].
+/// One message as a protocol line (newline included), refused when longer than `max` bytes.
+pub(crate) fn encode<T: Serialize>(msg: &T, max: usize) -> Result<Vec<u8>, String> {
+    let mut line = serde_json::to_vec(msg).map_err(|e| format!("cannot encode: {e}"))?;
+    if line.len() > max {
+        return Err(format!(
+            "the message is {} bytes, over the link's frame limit of {max} bytes",
+            line.len()
+        ));
+    }
+    line.push(b'\n');
+    Ok(line)
+}
+
+/// Reads protocol lines of at most [`MAX_LINE_BYTES`]. [`LineReader::next_line`] is cancel
+/// safe (its state lives here, its only await is `fill_buf`), so it can race a heartbeat timer.
 pub(crate) struct LineReader<R> {
     inner: R,
     buf: Vec<u8>,
+    too_long: bool,
+    ended: bool,
 }
 
 impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
@@ -198,6 +336,8 @@ impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
         Self {
             inner,
             buf: Vec::new(),
+            too_long: false,
+            ended: false,
         }
     }
 
@@ -206,33 +346,41 @@ impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
     pub(crate) async fn next_line(&mut self) -> Option<String> {
         use tokio::io::AsyncBufReadExt;
         loop {
-            self.buf.clear();
-            let mut too_long = false;
-            loop {
-                let chunk = match self.inner.fill_buf().await {
-                    // The end: a last line without its newline still counts.
-                    Ok([]) if self.buf.is_empty() && !too_long => return None,
-                    Ok([]) => break,
-                    Ok(c) => c,
-                    Err(_) => return None,
-                };
+            if self.ended {
+                return None;
+            }
+            let chunk = match self.inner.fill_buf().await {
+                Ok(c) => c,
+                Err(_) => {
+                    self.ended = true;
+                    return None;
+                }
+            };
+            if chunk.is_empty() {
+                // The end: a last line without its newline still counts.
+                self.ended = true;
+                if self.buf.is_empty() || self.too_long {
+                    return None;
+                }
+            } else {
                 let (take, done) = match memchr_newline(chunk) {
                     Some(i) => (i + 1, true),
                     None => (chunk.len(), false),
                 };
-                if !too_long && self.buf.len() + take <= MAX_LINE_BYTES + 1 {
+                if !self.too_long && self.buf.len() + take <= MAX_LINE_BYTES + 1 {
                     self.buf.extend_from_slice(&chunk[..take]);
                 } else {
-                    too_long = true;
+                    self.too_long = true;
                     self.buf.clear();
                 }
                 self.inner.consume(take);
-                if done {
-                    break;
+                if !done {
+                    continue;
                 }
             }
-            if too_long {
+            if std::mem::take(&mut self.too_long) {
                 tracing::warn!("skipping a protocol line longer than {MAX_LINE_BYTES} bytes");
+                self.buf.clear();
                 continue;
             }
             if self.buf.last() == Some(&b'\n') {
@@ -253,6 +401,56 @@ fn memchr_newline(bytes: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod line_tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_line_read_in_pieces_survives_a_cancelled_read() {
+        let (mut w, r) = tokio::io::duplex(64);
+        let mut lines = LineReader::new(tokio::io::BufReader::new(r));
+        use tokio::io::AsyncWriteExt;
+        w.write_all(b"{\"half\":").await.unwrap();
+        // The read is cancelled (a heartbeat tick won the race) with half a line taken in.
+        let cut =
+            tokio::time::timeout(std::time::Duration::from_millis(50), lines.next_line()).await;
+        assert!(cut.is_err());
+        w.write_all(b"1}\n").await.unwrap();
+        assert_eq!(lines.next_line().await.as_deref(), Some("{\"half\":1}"));
+    }
+
+    #[test]
+    fn an_old_ready_line_reads_as_protocol_one() {
+        let m: FromRunner =
+            serde_json::from_str(r#"{"type":"ready","lane":"net","pid":1,"sandbox":"x"}"#).unwrap();
+        assert!(matches!(
+            m,
+            FromRunner::Ready {
+                proto: 1,
+                max_frame: 0,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_pre_image_round_trips_and_a_forged_one_is_refused() {
+        let pre = PreImageWire::new(Some(b"old\r\n\x00bytes"), Some(0o644));
+        assert_eq!(pre.decode("a").unwrap().unwrap(), b"old\r\n\x00bytes");
+        assert_eq!(PreImageWire::new(None, None).decode("a").unwrap(), None);
+        let mut forged = pre.clone();
+        forged.hash = Some(toolyard_workspace::hash_bytes(b"other"));
+        let e = forged.decode("src/a.rs").unwrap_err().to_string();
+        assert!(e.contains("src/a.rs") && e.contains("hash"), "{e}");
+    }
+
+    #[test]
+    fn an_oversized_message_is_refused_with_its_size() {
+        let e = encode(&ToRunner::Ping { seq: 1 }, 5).unwrap_err();
+        assert!(e.contains("frame limit of 5 bytes"), "{e}");
+        assert!(
+            encode(&ToRunner::Ping { seq: 1 }, 100)
+                .unwrap()
+                .ends_with(b"\n")
+        );
+    }
 
     #[tokio::test]
     async fn an_overlong_line_is_skipped_and_the_next_one_read() {

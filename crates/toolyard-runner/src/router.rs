@@ -1,45 +1,48 @@
-//! The router: one runner process per lane, started on first use, restarted when it dies.
-//! Calls are matched to results by job id; calls in flight when a runner dies get a clear
-//! error at once, never a hang.
+//! The router: one runner per lane (or per session and lane, when the link's template names
+//! `{session}`), reached through a [`RunnerLink`], started on first use, restarted when it
+//! dies. Calls are matched to results by job id; calls in flight when a link dies (EOF, a
+//! killed process, missed heartbeats) get a clear error at once, never a hang and never a
+//! silent retry.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::process::Child;
 use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Lane, ProgressSink, ToolError, ToolResult};
 use toolyard_tools::records::Records;
-use toolyard_workspace::RelPath;
+use toolyard_workspace::{PreImage, RelPath};
 
-use crate::protocol::{FromRunner, Job, LineReader, RecordOp, Reply, ToRunner};
+pub use crate::link::RunnerSpawn;
+use crate::link::{RunnerLink, session_token};
+use crate::protocol::{
+    FromRunner, Hello, Job, LineReader, MAX_LINE_BYTES, MISSED_PINGS, PROTOCOL_VERSION, RecordOp,
+    Reply, ToRunner, encode,
+};
 
 /// How long a runner may take to sandbox itself and say it is ready.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Where runners come from.
-#[derive(Debug, Clone)]
-pub struct RunnerSpawn {
-    /// The `toolyard` executable (it has the `runner` subcommand).
-    pub exe: PathBuf,
-    /// The workspace root.
-    pub workspace: PathBuf,
-    /// The catalog file the runners load, if not the built-in one.
-    pub catalog: Option<PathBuf>,
-    /// The state directory, when not the workspace's default one.
-    pub state_dir: Option<PathBuf>,
-}
+/// Messages waiting for a link's writer: past this, senders wait (back-pressure).
+const QUEUE: usize = 256;
+
+/// How much of a link's stderr goes to the log; the rest is dropped (a tail is kept for
+/// start-up errors).
+const STDERR_LOG_BYTES: usize = 64 << 10;
 
 struct Pending {
     done: oneshot::Sender<ToolResult>,
     progress: ProgressSink,
     /// The job's session: the only one its runner may ask records for.
     session: String,
+    /// Whether the call may change files or run commands: then a dead link cannot say
+    /// whether it ran.
+    mutating: bool,
 }
 
 /// Background process ids (issued by a runner, or lost with one).
@@ -47,70 +50,146 @@ type IdSet = Arc<std::sync::Mutex<HashSet<String>>>;
 
 type PendingMap = Arc<std::sync::Mutex<HashMap<String, Pending>>>;
 
-/// One live runner process.
+/// Lost background process ids per session token (`None`: runners shared by every session).
+type LostIds = Arc<std::sync::Mutex<HashMap<Option<String>, HashSet<String>>>>;
+
+/// Which runner: the session token (`None` when runners serve every session) and the lane.
+type Key = (Option<String>, Lane);
+
+/// One live link to a runner.
 struct RunnerConn {
-    tx: mpsc::UnboundedSender<ToRunner>,
+    tx: mpsc::Sender<ToRunner>,
     pending: PendingMap,
     alive: Arc<AtomicBool>,
     pid: u32,
 }
 
+/// Where the runner of one key lives: starting one holds `start` (so two calls never start
+/// two), and only that key's calls wait behind a slow start, not every session's.
+#[derive(Default)]
+struct Slot {
+    start: Mutex<()>,
+    conn: std::sync::Mutex<Option<Arc<RunnerConn>>>,
+}
+
+impl Slot {
+    /// The runner, if its link is alive.
+    fn live(&self) -> Option<Arc<RunnerConn>> {
+        self.conn
+            .lock()
+            .ok()?
+            .as_ref()
+            .filter(|r| r.alive.load(Ordering::SeqCst))
+            .cloned()
+    }
+}
+
 /// Sends calls to the runner of their lane.
 pub struct Router {
-    spawn: RunnerSpawn,
+    link: Arc<dyn RunnerLink>,
     records: Arc<dyn Records>,
-    runners: Mutex<HashMap<Lane, Arc<RunnerConn>>>,
+    runners: std::sync::Mutex<HashMap<Key, Arc<Slot>>>,
     next_job: AtomicU64,
-    /// Background process ids whose runner died (and killed them).
-    lost: IdSet,
+    /// Background process ids whose runner died (and killed them), per session token.
+    lost: LostIds,
 }
 
 impl Router {
-    /// A router that starts runners as `spawn` says and keeps their records in `records`.
+    /// A router that starts local runner processes as `spawn` says and keeps their records in
+    /// `records`.
     pub fn new(spawn: RunnerSpawn, records: Arc<dyn Records>) -> Self {
+        Self::with_link(Arc::new(spawn), records)
+    }
+
+    /// A router that reaches its runners through `link`.
+    pub fn with_link(link: Arc<dyn RunnerLink>, records: Arc<dyn Records>) -> Self {
         Self {
-            spawn,
+            link,
             records,
-            runners: Mutex::new(HashMap::new()),
+            runners: std::sync::Mutex::default(),
             next_job: AtomicU64::new(1),
             lost: Arc::default(),
         }
     }
 
-    /// Whether background process `id` was lost with a runner that died.
-    pub fn is_lost(&self, id: &str) -> bool {
-        self.lost.lock().map(|l| l.contains(id)).unwrap_or(false)
+    /// Whether the runners' workspace is elsewhere (a `[remote]` link).
+    pub fn is_remote(&self) -> bool {
+        self.link.is_remote()
     }
 
-    /// The lanes whose runner is running.
+    fn token(&self, session: &str) -> Option<String> {
+        self.link.per_session().then(|| session_token(session))
+    }
+
+    /// Whether background process `id` of `session` was lost with a runner that died.
+    pub fn is_lost(&self, session: &str, id: &str) -> bool {
+        let token = self.token(session);
+        self.lost
+            .lock()
+            .map(|l| l.get(&token).is_some_and(|ids| ids.contains(id)))
+            .unwrap_or(false)
+    }
+
+    /// The lanes whose runner is running (any session's).
     pub async fn live_lanes(&self) -> Vec<Lane> {
-        let runners = self.runners.lock().await;
-        let mut v: Vec<Lane> = runners
-            .iter()
-            .filter(|(_, r)| r.alive.load(Ordering::SeqCst))
-            .map(|(l, _)| *l)
+        self.live(|_| true).await
+    }
+
+    /// The lanes whose runner serving `session` is running.
+    pub async fn live_lanes_for(&self, session: &str) -> Vec<Lane> {
+        let token = self.token(session);
+        self.live(|t| *t == token).await
+    }
+
+    async fn live(&self, of: impl Fn(&Option<String>) -> bool) -> Vec<Lane> {
+        let mut v: Vec<Lane> = self
+            .slots()
+            .into_iter()
+            .filter(|((t, _), slot)| of(t) && slot.live().is_some())
+            .map(|((_, l), _)| l)
             .collect();
         v.sort();
+        v.dedup();
         v
     }
 
-    /// Tell every runner that `session` ended, so they kill its background processes.
+    /// Tell the runners serving `session` that it ended, so they kill its background
+    /// processes; runners of that session alone are closed.
     pub async fn end_session(&self, session: &str) {
-        let runners = self.runners.lock().await;
-        for r in runners.values() {
-            let _ = r.tx.send(ToRunner::EndSession {
+        let token = self.token(session);
+        let targets: Vec<Arc<RunnerConn>> = {
+            let Ok(mut runners) = self.runners.lock() else {
+                return;
+            };
+            let slots: Vec<Arc<Slot>> = if token.is_some() {
+                // Dropping the session's slots closes its links: its runners exit.
+                let keys: Vec<Key> = runners.keys().filter(|k| k.0 == token).cloned().collect();
+                keys.iter().filter_map(|k| runners.remove(k)).collect()
+            } else {
+                runners.values().cloned().collect()
+            };
+            slots.iter().filter_map(|s| s.live()).collect()
+        };
+        for r in targets {
+            let msg = ToRunner::EndSession {
                 session: session.to_string(),
-            });
+            };
+            // A full queue means a stuck link: the heartbeat ends it, and its processes with it.
+            if let Err(e) = r.tx.try_send(msg) {
+                tracing::debug!(error = %e, "could not tell a runner that a session ended");
+            }
         }
     }
 
-    /// The first process number for a new runner of `lane`: past every id handed out before.
-    fn process_base(&self, lane: Lane) -> u64 {
-        let prefix = format!("{}-", lane.as_str());
+    /// The first process number for a new runner of `key`: past every id handed out before.
+    fn process_base(&self, key: &Key) -> u64 {
+        let prefix = format!("{}-", key.1.as_str());
         self.lost
             .lock()
             .map(|l| {
-                l.iter()
+                l.get(&key.0)
+                    .into_iter()
+                    .flatten()
                     .filter_map(|id| id.strip_prefix(&prefix)?.parse::<u64>().ok())
                     .max()
                     .unwrap_or(0)
@@ -119,31 +198,62 @@ impl Router {
             + 1
     }
 
-    /// The pid of the lane's runner, if one is running (for tests and `doctor`).
+    /// The pid the lane's runner reported, if one is running (for tests and `doctor`); for
+    /// links with a runner per session, see [`Router::runner_pid_for`].
     pub async fn runner_pid(&self, lane: Lane) -> Option<u32> {
-        let runners = self.runners.lock().await;
-        runners
-            .get(&lane)
-            .filter(|r| r.alive.load(Ordering::SeqCst))
-            .map(|r| r.pid)
+        self.pid_of(&(None, lane)).await
     }
 
-    /// Run `job` (its id is assigned here) in the runner of `lane`.
+    /// The pid the runner serving `session` in `lane` reported, if one is running.
+    pub async fn runner_pid_for(&self, session: &str, lane: Lane) -> Option<u32> {
+        self.pid_of(&(self.token(session), lane)).await
+    }
+
+    async fn pid_of(&self, key: &Key) -> Option<u32> {
+        let slot = self.runners.lock().ok()?.get(key).cloned()?;
+        slot.live().map(|r| r.pid)
+    }
+
+    /// Every slot, copied out of the lock.
+    fn slots(&self) -> Vec<(Key, Arc<Slot>)> {
+        self.runners
+            .lock()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Run `job` (its id is assigned here) in the runner of `lane`, as a call that may change
+    /// things (see [`Router::submit_with`]).
     pub async fn submit(
+        &self,
+        lane: Lane,
+        job: Job,
+        cancel: CancellationToken,
+        progress: ProgressSink,
+    ) -> ToolResult {
+        self.submit_with(lane, job, cancel, progress, true).await
+    }
+
+    /// Run `job` in the runner of `lane` for its session. `mutating`: the call may change files
+    /// or run commands, so if its link dies the error says it may or may not have run.
+    pub async fn submit_with(
         &self,
         lane: Lane,
         mut job: Job,
         cancel: CancellationToken,
         progress: ProgressSink,
+        mutating: bool,
     ) -> ToolResult {
-        let conn = match self.runner(lane).await {
+        let key = (self.token(&job.session), lane);
+        let conn = match self.runner(&key).await {
             Ok(c) => c,
             Err(e) => return e.into(),
         };
+        let gone = || link_died(lane, "it ended before the call was sent", false);
         job.id = self.next_job.fetch_add(1, Ordering::Relaxed).to_string();
         let id = job.id.clone();
         let bound = Duration::from_millis(job.max_timeout_ms) + Duration::from_secs(10);
-        let (done, rx) = oneshot::channel();
+        let (done, mut rx) = oneshot::channel();
         if let Ok(mut p) = conn.pending.lock() {
             p.insert(
                 id.clone(),
@@ -151,23 +261,27 @@ impl Router {
                     done,
                     progress,
                     session: job.session.clone(),
+                    mutating,
                 },
             );
         }
-        // The reader may have seen the runner die before the job was registered.
+        // The reader may have seen the link die before the job was registered.
         if !conn.alive.load(Ordering::SeqCst) {
             take(&conn.pending, &id);
-            return died(lane).into();
+            return gone().into();
         }
-        if conn.tx.send(ToRunner::Job(job)).is_err() {
-            take(&conn.pending, &id);
-            return died(lane).into();
-        }
-        let mut rx = rx;
+        // Waiting for room in the queue, the link may die: its reader then fails this call.
         tokio::select! {
-            r = &mut rx => r.unwrap_or_else(|_| died(lane).into()),
+            sent = conn.tx.send(ToRunner::Job(job)) => if sent.is_err() {
+                take(&conn.pending, &id);
+                return gone().into();
+            },
+            r = &mut rx => return r.unwrap_or_else(|_| gone().into()),
+        }
+        tokio::select! {
+            r = &mut rx => r.unwrap_or_else(|_| gone().into()),
             _ = cancel.cancelled() => {
-                let _ = conn.tx.send(ToRunner::Cancel { id: id.clone() });
+                let _ = conn.tx.try_send(ToRunner::Cancel { id: id.clone() });
                 // The runner kills the command's tree and answers; give it a moment.
                 match tokio::time::timeout(Duration::from_secs(5), rx).await {
                     Ok(Ok(r)) => r,
@@ -175,108 +289,113 @@ impl Router {
                 }
             }
             _ = tokio::time::sleep(bound) => {
-                let _ = conn.tx.send(ToRunner::Cancel { id: id.clone() });
+                let _ = conn.tx.try_send(ToRunner::Cancel { id: id.clone() });
                 take(&conn.pending, &id);
                 ToolError::Timeout { ms: bound.as_millis() as u64 }.into()
             }
         }
     }
 
-    /// The lane's runner, started if there is none or it died.
-    async fn runner(&self, lane: Lane) -> Result<Arc<RunnerConn>, ToolError> {
-        let mut runners = self.runners.lock().await;
-        if let Some(r) = runners
-            .get(&lane)
-            .filter(|r| r.alive.load(Ordering::SeqCst))
-        {
-            return Ok(r.clone());
+    /// The runner of `key`, started if there is none or its link died.
+    async fn runner(&self, key: &Key) -> Result<Arc<RunnerConn>, ToolError> {
+        let slot = self
+            .runners
+            .lock()
+            .map_err(|_| ToolError::Io("the router's runner table is poisoned".into()))?
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        if let Some(r) = slot.live() {
+            return Ok(r);
         }
-        let conn = Arc::new(self.start(lane).await?);
-        runners.insert(lane, conn.clone());
+        let _starting = slot.start.lock().await;
+        // Another call may have started it while this one waited.
+        if let Some(r) = slot.live() {
+            return Ok(r);
+        }
+        let conn = Arc::new(self.start(key).await?);
+        if let Ok(mut c) = slot.conn.lock() {
+            *c = Some(conn.clone());
+        }
         Ok(conn)
     }
 
-    async fn start(&self, lane: Lane) -> Result<RunnerConn, ToolError> {
-        let mut cmd = Command::new(&self.spawn.exe);
-        cmd.arg("runner")
-            .arg("--lane")
-            .arg(lane.as_str())
-            .arg("--workspace")
-            .arg(&self.spawn.workspace);
-        if let Some(c) = &self.spawn.catalog {
-            cmd.arg("--catalog").arg(c);
-        }
-        if let Some(s) = &self.spawn.state_dir {
-            cmd.arg("--state-dir").arg(s);
-        }
-        cmd.env(
-            crate::process::PROCESS_BASE_ENV,
-            self.process_base(lane).to_string(),
-        );
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|e| {
-            ToolError::Unavailable(format!(
-                "cannot start the {lane} runner ({}): {e}",
-                self.spawn.exe.display()
-            ))
-        })?;
-        let pid = child.id().unwrap_or(0);
-        let stdin = child
-            .stdin
-            .take()
-            .ok_or_else(|| ToolError::Io("runner stdin".into()))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| ToolError::Io("runner stdout".into()))?;
-        let stderr = child
-            .stderr
-            .take()
-            .ok_or_else(|| ToolError::Io("runner stderr".into()))?;
+    async fn start(&self, key: &Key) -> Result<RunnerConn, ToolError> {
+        let lane = key.1;
+        let token = key.0.clone().unwrap_or_else(|| "shared".into());
+        let io = self.link.open(lane, &token).await?;
+        let mut child = io.child;
         let stderr_tail = Arc::new(std::sync::Mutex::new(String::new()));
-        tokio::spawn(forward_stderr(stderr, lane, stderr_tail.clone()));
-
-        let mut lines = LineReader::new(BufReader::new(stdout));
-        let ready = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await;
-        match ready {
-            Ok(Some(line))
-                if matches!(serde_json::from_str(&line), Ok(FromRunner::Ready { .. })) => {}
-            _ => {
-                let _ = child.start_kill();
+        if let Some(stderr) = io.stderr {
+            let loud = self.link.is_remote();
+            tokio::spawn(forward_stderr(stderr, lane, stderr_tail.clone(), loud));
+        }
+        let mut writer = io.writer;
+        let mut lines = LineReader::new(BufReader::new(io.reader));
+        let heartbeat = self.link.heartbeat();
+        let hello = ToRunner::Hello(Hello {
+            proto: PROTOCOL_VERSION,
+            max_frame: MAX_LINE_BYTES as u64,
+            heartbeat_ms: heartbeat.as_millis() as u64,
+            process_base: self.process_base(key),
+            pre_images: self.link.is_remote(),
+        });
+        let handshake = async {
+            let line = encode(&hello, MAX_LINE_BYTES).map_err(ToolError::Io)?;
+            // A runner that already exited fails the write; its stderr says why, below.
+            let _ = write_line(&mut writer, &line).await;
+            let first = lines.next_line().await;
+            ready_of(first.as_deref(), lane, &self.link.describe())
+        };
+        let ready = match tokio::time::timeout(START_TIMEOUT, handshake).await {
+            Ok(Ok(ready)) => Ok(ready),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ToolError::Unavailable(format!(
+                "the {lane} runner did not say it was ready within {} s",
+                START_TIMEOUT.as_secs()
+            ))),
+        };
+        let (pid, max_frame) = match ready {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(c) = child.as_mut() {
+                    let _ = c.start_kill();
+                }
                 // Let stderr drain so the message says why.
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 let why = stderr_tail
                     .lock()
                     .map(|s| s.trim().to_string())
                     .unwrap_or_default();
-                return Err(ToolError::Unavailable(format!(
-                    "the {lane} runner did not start: {}",
-                    if why.is_empty() {
-                        "no reason given".to_string()
-                    } else {
-                        why
-                    }
-                )));
+                let msg = e.to_string();
+                return Err(ToolError::Unavailable(if why.is_empty() {
+                    msg
+                } else {
+                    format!("{msg}; its stderr: {why}")
+                }));
             }
-        }
+        };
 
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(QUEUE);
         let pending: PendingMap = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let issued: IdSet = Arc::default();
-        tokio::spawn(write_jobs(stdin, rx));
+        tokio::spawn(write_jobs(writer, rx, max_frame, pending.clone(), lane));
         tokio::spawn(read_results(
-            lines,
-            child,
-            lane,
+            Link {
+                lines,
+                child,
+                lane,
+                heartbeat,
+            },
             pending.clone(),
             alive.clone(),
-            tx.clone(),
-            self.records.clone(),
-            (issued.clone(), self.lost.clone()),
+            tx.downgrade(),
+            Shared {
+                records: self.records.clone(),
+                remote: self.link.is_remote(),
+            },
+            (issued, self.lost.clone(), key.0.clone()),
         ));
         Ok(RunnerConn {
             tx,
@@ -287,43 +406,124 @@ impl Router {
     }
 }
 
-fn died(lane: Lane) -> ToolError {
-    ToolError::Unavailable(format!(
-        "the {lane} runner stopped while running this call, so it did not complete; it restarts on the next call, so retry"
-    ))
+/// The runner's pid and the largest line it reads, from its `ready` line, or why it is not one.
+fn ready_of(line: Option<&str>, lane: Lane, link: &str) -> Result<(u32, usize), ToolError> {
+    let Some(line) = line else {
+        return Err(ToolError::Unavailable(format!(
+            "the {lane} runner did not start ({link} ended without a word)"
+        )));
+    };
+    match serde_json::from_str::<FromRunner>(line) {
+        Ok(FromRunner::Ready {
+            proto,
+            max_frame,
+            pid,
+            sandbox,
+            ..
+        }) => {
+            if proto != PROTOCOL_VERSION {
+                let upgrade = if proto < PROTOCOL_VERSION {
+                    format!("upgrade the toolyard that {link} starts")
+                } else {
+                    "upgrade this toolyard server".to_string()
+                };
+                return Err(ToolError::Unavailable(format!(
+                    "the {lane} runner speaks job protocol version {proto}, this server version {PROTOCOL_VERSION}: {upgrade}, so both are the same release"
+                )));
+            }
+            tracing::info!(%lane, pid, %sandbox, "a runner is ready");
+            let max = match usize::try_from(max_frame) {
+                Ok(0) | Err(_) => MAX_LINE_BYTES,
+                Ok(m) => m.min(MAX_LINE_BYTES),
+            };
+            Ok((pid, max))
+        }
+        _ => Err(ToolError::Unavailable(format!(
+            "the {lane} runner did not start: its first line is not a ready message ({}); is {link} starting `toolyard runner`?",
+            line.chars().take(200).collect::<String>()
+        ))),
+    }
+}
+
+/// Why calls in flight on a dead link failed, said for the model to act on.
+fn link_died(lane: Lane, why: &str, mutating: bool) -> ToolError {
+    ToolError::Unavailable(if mutating {
+        format!(
+            "the {lane} runner's link died: {why}; the call may or may not have run; check with read_file/git status before retrying (the next call starts a fresh runner)"
+        )
+    } else {
+        format!(
+            "the {lane} runner's link died: {why}; the call did not complete; retry it (the next call starts a fresh runner)"
+        )
+    })
 }
 
 fn take(pending: &PendingMap, id: &str) -> Option<Pending> {
     pending.lock().ok().and_then(|mut p| p.remove(id))
 }
 
+async fn write_line(w: &mut (dyn AsyncWrite + Send + Unpin), line: &[u8]) -> std::io::Result<()> {
+    w.write_all(line).await?;
+    w.flush().await
+}
+
 async fn write_jobs(
-    mut stdin: tokio::process::ChildStdin,
-    mut rx: mpsc::UnboundedReceiver<ToRunner>,
+    mut writer: Box<dyn AsyncWrite + Send + Unpin>,
+    mut rx: mpsc::Receiver<ToRunner>,
+    max_frame: usize,
+    pending: PendingMap,
+    lane: Lane,
 ) {
     while let Some(msg) = rx.recv().await {
-        let Ok(mut line) = serde_json::to_vec(&msg) else {
-            continue;
+        let line = match encode(&msg, max_frame) {
+            Ok(l) => l,
+            Err(why) => {
+                // Only a job can be this large: fail it rather than the link.
+                if let ToRunner::Job(job) = &msg
+                    && let Some(p) = take(&pending, &job.id)
+                {
+                    let e = ToolError::InvalidArguments(format!(
+                        "the call's arguments cannot reach the {lane} runner: {why}; pass less at once"
+                    ));
+                    let _ = p.done.send(e.into());
+                } else {
+                    tracing::warn!(%lane, %why, "dropped a message to a runner");
+                }
+                continue;
+            }
         };
-        line.push(b'\n');
-        if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
+        if write_line(writer.as_mut(), &line).await.is_err() {
             break;
         }
     }
 }
 
 async fn forward_stderr(
-    mut stderr: tokio::process::ChildStderr,
+    mut stderr: Box<dyn AsyncRead + Send + Unpin>,
     lane: Lane,
     tail: Arc<std::sync::Mutex<String>>,
+    loud: bool,
 ) {
     let mut buf = vec![0u8; 8192];
+    let mut logged = 0usize;
     while let Ok(n) = stderr.read(&mut buf).await {
         if n == 0 {
             break;
         }
         let text = String::from_utf8_lossy(&buf[..n]);
-        tracing::debug!(%lane, "runner: {}", text.trim_end());
+        if logged < STDERR_LOG_BYTES {
+            let msg = text.trim_end();
+            // A remote runner's diagnostics are the only ones the server sees of it.
+            if loud {
+                tracing::warn!(%lane, "runner: {msg}");
+            } else {
+                tracing::debug!(%lane, "runner: {msg}");
+            }
+            logged += n;
+            if logged >= STDERR_LOG_BYTES {
+                tracing::warn!(%lane, "runner: further stderr of this link is not logged");
+            }
+        }
         if let Ok(mut t) = tail.lock() {
             t.push_str(&text);
             if t.len() > 4096 {
@@ -337,19 +537,61 @@ async fn forward_stderr(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn read_results(
-    mut lines: LineReader<BufReader<tokio::process::ChildStdout>>,
-    mut child: Child,
+/// The reading end of a link and what ends it.
+struct Link {
+    lines: LineReader<BufReader<Box<dyn AsyncRead + Send + Unpin>>>,
+    child: Option<Child>,
     lane: Lane,
+    heartbeat: Duration,
+}
+
+/// What records requests need.
+struct Shared {
+    records: Arc<dyn Records>,
+    /// The server cannot read the runner's workspace: journal requests must carry pre-images.
+    remote: bool,
+}
+
+async fn read_results(
+    mut link: Link,
     pending: PendingMap,
     alive: Arc<AtomicBool>,
-    tx: mpsc::UnboundedSender<ToRunner>,
-    records: Arc<dyn Records>,
-    (issued, lost): (IdSet, IdSet),
+    // Weak: the link stays open only while the router holds its runner (or a call is in
+    // flight on it); dropping the runner closes the runner's stdin, and it exits.
+    tx: mpsc::WeakSender<ToRunner>,
+    shared: Shared,
+    (issued, lost, token): (IdSet, LostIds, Option<String>),
 ) {
+    let lane = link.lane;
+    let shared = Arc::new(shared);
     let begun: Arc<std::sync::Mutex<HashSet<i64>>> = Arc::default();
-    while let Some(line) = lines.next_line().await {
+    let mut tick = tokio::time::interval(link.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut heard = Instant::now();
+    let mut seq = 0u64;
+    let why = loop {
+        let line = tokio::select! {
+            line = link.lines.next_line() => line,
+            _ = tick.tick() => {
+                let silent = heard.elapsed();
+                if silent >= link.heartbeat * MISSED_PINGS {
+                    break format!(
+                        "no answer to {MISSED_PINGS} pings ({} ms without a line from it)",
+                        silent.as_millis()
+                    );
+                }
+                seq += 1;
+                // A full queue is a busy link, not a dead one: skip this ping.
+                if let Some(tx) = tx.upgrade() {
+                    let _ = tx.try_send(ToRunner::Ping { seq });
+                }
+                continue;
+            }
+        };
+        let Some(line) = line else {
+            break "its output closed".to_string();
+        };
+        heard = Instant::now();
         let msg: FromRunner = match serde_json::from_str(&line) {
             Ok(m) => m,
             Err(e) => {
@@ -386,44 +628,61 @@ async fn read_results(
                 // entries it began.
                 if let Err(e) = claim_is_owned(&op, &pending, &begun) {
                     tracing::warn!(%lane, error = %e, "router: refused a runner's records request");
-                    let _ = tx.send(ToRunner::Reply {
+                    let reply = ToRunner::Reply {
                         rid,
                         result: Reply::from_result(Err(e)),
-                    });
+                    };
+                    if let Some(tx) = tx.upgrade() {
+                        tokio::spawn(async move { tx.send(reply).await });
+                    }
                     continue;
                 }
-                let (records, tx, begun) = (records.clone(), tx.clone(), begun.clone());
+                let Some(tx) = tx.upgrade() else { continue };
+                let (shared, begun) = (shared.clone(), begun.clone());
                 tokio::spawn(async move {
                     let is_begin = matches!(op, RecordOp::JournalBegin { .. });
-                    let result = apply(records.as_ref(), op).await;
+                    let result = apply(shared.records.as_ref(), op, shared.remote).await;
                     if let (true, Ok(Some(change))) = (is_begin, &result)
                         && let Ok(mut b) = begun.lock()
                     {
                         b.insert(*change);
                     }
-                    let _ = tx.send(ToRunner::Reply {
-                        rid,
-                        result: Reply::from_result(result),
-                    });
+                    let _ = tx
+                        .send(ToRunner::Reply {
+                            rid,
+                            result: Reply::from_result(result),
+                        })
+                        .await;
                 });
             }
-            FromRunner::Ready { .. } => {}
+            FromRunner::Ping { seq } => {
+                if let Some(tx) = tx.upgrade() {
+                    let _ = tx.try_send(ToRunner::Pong { seq });
+                }
+            }
+            FromRunner::Pong { .. } | FromRunner::Ready { .. } => {}
         }
-    }
-    // EOF: the runner is gone. Fail what was in flight, now.
+    };
+    // The link is dead: fail what was in flight, now, and make sure the runner is gone.
     alive.store(false, Ordering::SeqCst);
     // Its background processes died with it (their inits die with the runner's thread).
     if let (Ok(mut from), Ok(mut to)) = (issued.lock(), lost.lock()) {
-        to.extend(from.drain());
+        to.entry(token).or_default().extend(from.drain());
     }
-    let status = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
-    tracing::warn!(%lane, ?status, "a runner exited");
+    let mut why = why;
+    if let Some(child) = link.child.as_mut() {
+        let _ = child.start_kill();
+        if let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(1), child.wait()).await {
+            why.push_str(&format!(" ({status})"));
+        }
+    }
+    tracing::warn!(%lane, %why, "a runner's link died");
     let drained: Vec<Pending> = pending
         .lock()
         .map(|mut p| p.drain().map(|(_, v)| v).collect())
         .unwrap_or_default();
     for p in drained {
-        let _ = p.done.send(died(lane).into());
+        let _ = p.done.send(link_died(lane, &why, p.mutating).into());
     }
 }
 
@@ -465,8 +724,13 @@ fn claim_is_owned(
     }
 }
 
-/// Carry out a runner's records request with the server's own records.
-async fn apply(records: &dyn Records, op: RecordOp) -> Result<Option<i64>, ToolError> {
+/// Carry out a runner's records request with the server's own records. `remote`: the
+/// runner's workspace is not on this disk, so a journal request must bring its pre-image.
+async fn apply(
+    records: &dyn Records,
+    op: RecordOp,
+    remote: bool,
+) -> Result<Option<i64>, ToolError> {
     let rel = |p: &str| -> Result<RelPath, ToolError> {
         // Runners send paths they resolved beneath the root; refuse anything that is not one.
         let bad = p.starts_with('/')
@@ -507,10 +771,31 @@ async fn apply(records: &dyn Records, op: RecordOp) -> Result<Option<i64>, ToolE
             tool,
             path,
             new_hash,
-        } => records
-            .journal_begin(&session, &call_id, &tool, &rel(&path)?, &new_hash)
-            .await
-            .map(Some),
+            pre,
+        } => {
+            let rel = rel(&path)?;
+            match pre {
+                Some(pre) => {
+                    let content = pre.decode(&path)?;
+                    let image = PreImage {
+                        content: content.as_deref(),
+                        mode: pre.mode,
+                    };
+                    records
+                        .journal_begin_preimage(&session, &call_id, &tool, &rel, &new_hash, image)
+                        .await
+                        .map(Some)
+                }
+                // Never read this disk for a remote runner's file.
+                None if remote => Err(ToolError::Unavailable(format!(
+                    "the runner sent no previous content of {path} to journal, so nothing was written; the runner is older than this server: install the same toolyard release on both sides"
+                ))),
+                None => records
+                    .journal_begin(&session, &call_id, &tool, &rel, &new_hash)
+                    .await
+                    .map(Some),
+            }
+        }
         RecordOp::JournalEnd { change, done } => {
             records.journal_end(change, done).await.map(|_| None)
         }
@@ -529,6 +814,7 @@ mod tests {
                 done,
                 progress: Arc::new(|_| {}),
                 session: session.into(),
+                mutating: true,
             },
         )]);
         Arc::new(std::sync::Mutex::new(map))
@@ -558,5 +844,26 @@ mod tests {
         );
         let idle: PendingMap = Arc::default();
         assert!(claim_is_owned(&write("alice"), &idle, &begun).is_err());
+    }
+
+    #[test]
+    fn a_version_mismatch_names_both_versions_and_what_to_upgrade() {
+        let old = r#"{"type":"ready","lane":"net","pid":1,"sandbox":"x"}"#;
+        let e = ready_of(Some(old), Lane::Net, "the [remote] command `ssh`")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("version 1, this server version 2")
+                && e.contains("upgrade the toolyard that the [remote] command `ssh` starts"),
+            "{e}"
+        );
+        let newer = r#"{"type":"ready","proto":9,"lane":"net","pid":1,"sandbox":"x"}"#;
+        let e = ready_of(Some(newer), Lane::Net, "x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("upgrade this toolyard server"), "{e}");
+        let ok =
+            r#"{"type":"ready","proto":2,"max_frame":1000,"lane":"net","pid":7,"sandbox":"x"}"#;
+        assert_eq!(ready_of(Some(ok), Lane::Net, "x").unwrap(), (7, 1000));
     }
 }

@@ -62,3 +62,15 @@ fn a_dispatcher_refuses_a_catalog_with_a_bad_section_at_start() {
     );
     assert!(err.to_string().contains("did you mean `model`?"), "{err}");
 }
+
+#[test]
+fn a_bad_remote_section_fails_the_check_with_its_line() {
+    let c = catalog("[remote]\ncommand = [\"ssh\", \"{host}\"]\nheartbeat_ms = 1\n");
+    let err = check_catalog(&c).unwrap_err().to_string();
+    assert!(err.contains("line 2, column 11: [remote]"), "{err}");
+    assert!(err.contains("unknown placeholder `{host}`"), "{err}");
+    check_catalog(&catalog(
+        "[remote]\ncommand = [\"ssh\", \"h\", \"toolyard\", \"runner\", \"--lane\", \"{lane}\", \"--workspace\", \"/w/{session}\"]\nheartbeat_ms = 2000\n",
+    ))
+    .unwrap();
+}

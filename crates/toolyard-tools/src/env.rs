@@ -50,6 +50,26 @@ impl ToolEnv {
         catalog: Catalog,
         state_dir: Option<&Path>,
     ) -> Result<Self, ToolError> {
+        Self::open_server(root, catalog, state_dir, true)
+    }
+
+    /// Like [`ToolEnv::open_with_state`] for a server whose files live with a remote runner:
+    /// nothing reads or settles the workspace on this disk (its pending changes are the
+    /// runner's to settle).
+    pub fn open_for_remote(
+        root: &Path,
+        catalog: Catalog,
+        state_dir: Option<&Path>,
+    ) -> Result<Self, ToolError> {
+        Self::open_server(root, catalog, state_dir, false)
+    }
+
+    fn open_server(
+        root: &Path,
+        catalog: Catalog,
+        state_dir: Option<&Path>,
+        recover: bool,
+    ) -> Result<Self, ToolError> {
         let (workspace, state) = confined(root, state_dir, &catalog)?;
         let workspace = Arc::new(workspace);
         let journal_config: JournalConfig = catalog
@@ -57,7 +77,9 @@ impl ToolEnv {
             .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
         let journal = Journal::open_with(&state, &journal_config)?;
         // Settle writes a killed process left pending, before this one writes anything.
-        journal.recover(&workspace)?;
+        if recover {
+            journal.recover(&workspace)?;
+        }
         let records = Arc::new(LocalRecords::new(
             workspace.clone(),
             Ledger::open(&state)?,

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, mpsc};
 
 use async_trait::async_trait;
 use toolyard_core::ToolError;
-use toolyard_workspace::{Journal, Ledger, LedgerUpdate, NewChange, RelPath, Via, Workspace};
+use toolyard_workspace::{
+    Journal, Ledger, LedgerUpdate, NewChange, PreImage, RelPath, Via, Workspace,
+};
 
 /// What the file tools record per session: reads, writes, and journal entries.
 #[async_trait]
@@ -43,6 +45,21 @@ pub trait Records: Send + Sync {
     ) -> Result<i64, ToolError>;
     /// The journaled change landed (`done`) or did not happen.
     async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError>;
+    /// Like [`Records::journal_begin`], with the previous content `pre` as a remote runner read
+    /// it (its workspace is not on this disk). Only the server keeps it: elsewhere refused.
+    async fn journal_begin_preimage(
+        &self,
+        _session: &str,
+        _call_id: &str,
+        _tool: &str,
+        path: &RelPath,
+        _new_hash: &str,
+        _pre: PreImage<'_>,
+    ) -> Result<i64, ToolError> {
+        Err(ToolError::Unavailable(format!(
+            "cannot journal {path} here: only the server keeps the journal"
+        )))
+    }
     /// Journal the content of `path` before it is removed; returns the change id. Only the
     /// server keeps the journal's removals: elsewhere this is refused.
     async fn journal_begin_removal(
@@ -228,6 +245,25 @@ impl Records for LocalRecords {
             },
         )?;
         Ok(id.0)
+    }
+
+    async fn journal_begin_preimage(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+        new_hash: &str,
+        pre: PreImage<'_>,
+    ) -> Result<i64, ToolError> {
+        let change = NewChange {
+            session,
+            call_id,
+            tool,
+            path,
+            new_hash,
+        };
+        Ok(self.journal.record_preimage(change, &pre)?.0)
     }
 
     async fn journal_begin_removal(

@@ -223,6 +223,16 @@ pub struct NewChange<'a> {
     pub new_hash: &'a str,
 }
 
+/// The previous state of a file as another process read it (a remote runner, whose workspace
+/// is not on this disk), given to [`Journal::record_preimage`] instead of reading the file.
+#[derive(Debug, Clone, Copy)]
+pub struct PreImage<'a> {
+    /// The file's bytes, `None` when it did not exist.
+    pub content: Option<&'a [u8]>,
+    /// Its permission bits, when it existed.
+    pub mode: Option<u32>,
+}
+
 /// Which changes [`Journal::list`] returns (newest first).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChangeFilter {
@@ -349,6 +359,30 @@ impl Journal {
                 undoes: None,
             },
         )?;
+        Ok(rec.id)
+    }
+
+    /// Like [`Journal::record`], with the previous content given rather than read from a
+    /// workspace on this disk: a remote runner ships it with its journal request, and writes
+    /// only once this returns (committed).
+    pub fn record_preimage(
+        &self,
+        change: NewChange<'_>,
+        pre: &PreImage<'_>,
+    ) -> Result<ChangeId, ToolError> {
+        let p = Pending {
+            session: change.session,
+            call_id: change.call_id,
+            tool: change.tool,
+            path: change.path,
+            new_hash: Some(change.new_hash),
+            undoes: None,
+        };
+        let mut bytes = pre.content;
+        let content = bytes.as_mut().map(|b| b as &mut dyn Read);
+        let rec = self.insert_pending(p, content, pre.mode, &|e| {
+            ToolError::Io(format!("{}: {e}", change.path))
+        })?;
         Ok(rec.id)
     }
 
@@ -778,6 +812,20 @@ impl Journal {
             }
             None => None,
         };
+        let path = p.path;
+        let content = file.as_mut().map(|f| f as &mut dyn Read);
+        self.insert_pending(p, content, mode, &|e| ws.map_err(e, path))
+    }
+
+    /// Insert `p` as a pending change holding `content` (`None`: the file did not exist) and
+    /// `mode`, and commit.
+    fn insert_pending(
+        &self,
+        p: Pending<'_>,
+        mut content: Option<&mut dyn Read>,
+        mode: Option<u32>,
+        read_err: &dyn Fn(io::Error) -> ToolError,
+    ) -> Result<Recorded, ToolError> {
         let rec = {
             let mut conn = db::lock(&self.conn);
             ensure_full_sync(&conn)?;
@@ -792,7 +840,7 @@ impl Journal {
                     p.call_id,
                     p.tool,
                     p.path.as_str(),
-                    file.is_some(),
+                    content.is_some(),
                     mode,
                     p.new_hash,
                     p.undoes.map(|c| c.0),
@@ -800,8 +848,8 @@ impl Journal {
             )
             .map_err(db_err)?;
             let id = ChangeId(tx.last_insert_rowid());
-            let old_hash = match file.as_mut() {
-                Some(f) => Some(store_content(&tx, id, f, ws, p.path)?),
+            let old_hash = match content.as_mut() {
+                Some(f) => Some(store_content(&tx, id, *f, read_err)?),
                 None => None,
             };
             tx.commit().map_err(db_err)?;
@@ -931,8 +979,7 @@ fn store_content(
     tx: &Transaction<'_>,
     id: ChangeId,
     file: &mut dyn Read,
-    ws: &Workspace,
-    path: &RelPath,
+    read_err: &dyn Fn(io::Error) -> ToolError,
 ) -> Result<ContentHash, ToolError> {
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; CHUNK_SIZE];
@@ -942,7 +989,7 @@ fn store_content(
         .prepare_cached("INSERT INTO journal_chunks (change_id, seq, data) VALUES (?1, ?2, ?3)")
         .map_err(db_err)?;
     loop {
-        let n = read_full(file, &mut buf).map_err(|e| ws.map_err(e, path))?;
+        let n = read_full(file, &mut buf).map_err(read_err)?;
         if n == 0 {
             break;
         }

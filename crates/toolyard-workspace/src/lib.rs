@@ -17,7 +17,7 @@ pub use confine::{Expect, Protection, RelPath, Workspace, WriteOutcome};
 pub use hash::{ContentHash, hash_bytes, hash_reader};
 pub use journal::{
     CHUNK_SIZE, Change, ChangeFilter, ChangeId, ChangeStatus, DEFAULT_MAX_AGE_DAYS,
-    DEFAULT_MAX_BYTES, DEFAULT_MAX_CHANGES, Journal, JournalConfig, NewChange, UNDO_TOOL,
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_CHANGES, Journal, JournalConfig, NewChange, PreImage, UNDO_TOOL,
     UndoOutcome,
 };
 pub use ledger::{Ledger, LedgerLimits, LedgerUpdate, Via};

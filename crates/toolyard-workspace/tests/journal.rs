@@ -737,3 +737,55 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_shipped_pre_image_is_journaled_without_reading_this_disk() {
+    let fx = Fixture::new();
+    let j = Journal::open(&fx.state).unwrap();
+    // The file is not on this disk: the content comes with the request, as from a remote runner.
+    let path = fx.ws.locate("remote.txt", fx.ws.root()).unwrap();
+    let new_hash = hash_bytes(b"new\n");
+    let change = NewChange {
+        session: "s",
+        call_id: "c",
+        tool: "edit_file",
+        path: &path,
+        new_hash: &new_hash,
+    };
+    let old = b"old remote text\r\n";
+    let id = j
+        .record_preimage(
+            change,
+            &toolyard_workspace::PreImage {
+                content: Some(old),
+                mode: Some(0o640),
+            },
+        )
+        .unwrap();
+    let c = j.get(id).unwrap();
+    assert!(c.existed);
+    assert_eq!(c.status, ChangeStatus::Pending);
+    assert_eq!(c.old_mode, Some(0o640));
+    assert_eq!(c.old_hash.as_deref(), Some(hash_bytes(old).as_str()));
+    assert_eq!(c.old_bytes, Some(old.len() as u64));
+    let mut stored = Vec::new();
+    j.old_content(id)
+        .unwrap()
+        .unwrap()
+        .read_to_end(&mut stored)
+        .unwrap();
+    assert_eq!(stored, old);
+    assert!(fx.bytes("remote.txt").is_none(), "nothing was written here");
+
+    let created = j
+        .record_preimage(
+            change,
+            &toolyard_workspace::PreImage {
+                content: None,
+                mode: None,
+            },
+        )
+        .unwrap();
+    let c = j.get(created).unwrap();
+    assert!(!c.existed && c.old_hash.is_none());
+}

@@ -234,7 +234,7 @@ async fn a_runner_killed_mid_call_fails_that_call_and_the_next_call_works() {
         .expect("the caller is not left hanging")
         .unwrap();
     assert!(!r.success);
-    assert!(r.output.contains("runner stopped"), "{}", r.output);
+    assert!(r.output.contains("runner's link died"), "{}", r.output);
 
     let again = d
         .call(CallRequest::new(

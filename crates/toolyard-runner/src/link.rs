@@ -1,0 +1,356 @@
+//! Runner links: how the router reaches the runner of a lane. A link is any byte stream that
+//! carries the job protocol ([`crate::protocol`]) to a fresh `toolyard runner`: today's local
+//! child process ([`RunnerSpawn`]), or a *command link*, an argv template from the catalog's
+//! `[remote]` section whose standard input and output reach a runner somewhere else
+//! (`podman exec -i`, `kubectl exec -i`, `ssh`).
+//!
+//! What the router assumes of a link: it delivers lines in order, both ways, and its end (EOF,
+//! a killed process) means the runner is gone. Everything else (versions, liveness, frame size)
+//! the protocol checks itself.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::process::{Child, Command};
+use toolyard_core::{Lane, ToolError};
+
+use crate::protocol::DEFAULT_HEARTBEAT_MS;
+
+/// The two ends of a fresh link to a runner, and what to kill to end it.
+pub struct LinkIo {
+    /// The runner's output (its protocol lines).
+    pub reader: Box<dyn AsyncRead + Send + Unpin>,
+    /// The runner's input.
+    pub writer: Box<dyn AsyncWrite + Send + Unpin>,
+    /// The link's diagnostics (the runner's or the link command's stderr), for the log.
+    pub stderr: Option<Box<dyn AsyncRead + Send + Unpin>>,
+    /// The local process behind the link, killed when the link is declared dead.
+    pub child: Option<Child>,
+}
+
+/// A way to reach runners.
+#[async_trait]
+pub trait RunnerLink: Send + Sync {
+    /// Start a fresh runner of `lane` for the session whose file-name-safe token is `session`
+    /// (see [`session_token`]) and return its link.
+    async fn open(&self, lane: Lane, session: &str) -> Result<LinkIo, ToolError>;
+    /// Whether each session gets its own runners (else one runner per lane serves all).
+    fn per_session(&self) -> bool;
+    /// Whether the runner's workspace is elsewhere: then the server never reads its own disk
+    /// for the file tools or the journal, and runners ship pre-images.
+    fn is_remote(&self) -> bool;
+    /// The heartbeat period.
+    fn heartbeat(&self) -> Duration;
+    /// What the link is, for errors (`the local runner`, `the [remote] command podman`).
+    fn describe(&self) -> String;
+}
+
+/// A local child process: `EXE runner --lane L --workspace W`.
+#[derive(Debug, Clone)]
+pub struct RunnerSpawn {
+    /// The `toolyard` executable (it has the `runner` subcommand).
+    pub exe: PathBuf,
+    /// The workspace root.
+    pub workspace: PathBuf,
+    /// The catalog file the runners load, if not the built-in one.
+    pub catalog: Option<PathBuf>,
+    /// The state directory, when not the workspace's default one.
+    pub state_dir: Option<PathBuf>,
+}
+
+#[async_trait]
+impl RunnerLink for RunnerSpawn {
+    async fn open(&self, lane: Lane, _session: &str) -> Result<LinkIo, ToolError> {
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("runner")
+            .arg("--lane")
+            .arg(lane.as_str())
+            .arg("--workspace")
+            .arg(&self.workspace);
+        if let Some(c) = &self.catalog {
+            cmd.arg("--catalog").arg(c);
+        }
+        if let Some(s) = &self.state_dir {
+            cmd.arg("--state-dir").arg(s);
+        }
+        spawn(cmd, lane, &self.exe.display().to_string())
+    }
+
+    fn per_session(&self) -> bool {
+        false
+    }
+
+    fn is_remote(&self) -> bool {
+        false
+    }
+
+    fn heartbeat(&self) -> Duration {
+        Duration::from_millis(DEFAULT_HEARTBEAT_MS)
+    }
+
+    fn describe(&self) -> String {
+        "the local runner".into()
+    }
+}
+
+/// The catalog's `[remote]` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// The argv whose stdin and stdout reach a runner; `{lane}` and `{session}` expand.
+    pub command: Option<CommandTemplate>,
+    /// The heartbeat period in milliseconds (default 5000).
+    pub heartbeat_ms: Option<HeartbeatMs>,
+}
+
+/// A `[remote] command`: a non-empty argv whose placeholders are `{lane}` and `{session}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandTemplate(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for CommandTemplate {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let argv = Vec::<Arg>::deserialize(d)?;
+        if argv.first().is_none_or(|p| p.0.trim().is_empty()) {
+            return Err(D::Error::custom(
+                "`command` needs at least the program to run, e.g. [\"podman\", \"exec\", \"-i\", \"box1\", \"toolyard\", \"runner\", \"--lane\", \"{lane}\", \"--workspace\", \"/workspace\"]",
+            ));
+        }
+        Ok(Self(argv.into_iter().map(|a| a.0).collect()))
+    }
+}
+
+/// One argument of the template, checked on its own.
+struct Arg(String);
+
+impl<'de> Deserialize<'de> for Arg {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let arg = String::deserialize(d)?;
+        if let Some(bad) = unknown_placeholder(&arg) {
+            return Err(D::Error::custom(format!(
+                "unknown placeholder `{{{bad}}}` in `{arg}`: only {{lane}} and {{session}} expand"
+            )));
+        }
+        Ok(Self(arg))
+    }
+}
+
+/// A heartbeat period in milliseconds, between 50 ms and 10 minutes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeartbeatMs(pub u64);
+
+impl<'de> Deserialize<'de> for HeartbeatMs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let ms = u64::deserialize(d)?;
+        if !(50..=600_000).contains(&ms) {
+            return Err(D::Error::custom(format!(
+                "heartbeat_ms = {ms} is out of range: use 50 to 600000 (default {DEFAULT_HEARTBEAT_MS})"
+            )));
+        }
+        Ok(Self(ms))
+    }
+}
+
+/// The first `{name}` in `arg` whose name is a word other than `lane` and `session`.
+fn unknown_placeholder(arg: &str) -> Option<&str> {
+    let mut rest = arg;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let close = after.find('}')?;
+        let name = &after[..close];
+        let word = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if word && name != "lane" && name != "session" {
+            return Some(name);
+        }
+        rest = &after[close + 1..];
+    }
+    None
+}
+
+/// A command link: runs the catalog's argv template, with nothing added, for each runner.
+#[derive(Debug, Clone)]
+pub struct CommandLink {
+    /// The template.
+    pub argv: Vec<String>,
+    /// The heartbeat period.
+    pub heartbeat: Duration,
+}
+
+impl CommandLink {
+    /// The link the catalog's `[remote]` section describes, if it sets a command.
+    pub fn from_config(config: &RemoteConfig) -> Option<Self> {
+        let argv = config.command.as_ref()?.0.clone();
+        let ms = config.heartbeat_ms.map_or(DEFAULT_HEARTBEAT_MS, |h| h.0);
+        Some(Self {
+            argv,
+            heartbeat: Duration::from_millis(ms),
+        })
+    }
+
+    /// The argv for `lane` and the session token `session`.
+    pub fn expand(&self, lane: Lane, session: &str) -> Vec<String> {
+        self.argv
+            .iter()
+            .map(|a| {
+                a.replace("{lane}", lane.as_str())
+                    .replace("{session}", session)
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl RunnerLink for CommandLink {
+    async fn open(&self, lane: Lane, session: &str) -> Result<LinkIo, ToolError> {
+        let argv = self.expand(lane, session);
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| ToolError::InvalidArguments("[remote] command is empty".into()))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        spawn(cmd, lane, &format!("[remote] command `{program}`"))
+    }
+
+    fn per_session(&self) -> bool {
+        self.argv.iter().any(|a| a.contains("{session}"))
+    }
+
+    fn is_remote(&self) -> bool {
+        true
+    }
+
+    fn heartbeat(&self) -> Duration {
+        self.heartbeat
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "the [remote] command `{}`",
+            self.argv.first().map(String::as_str).unwrap_or_default()
+        )
+    }
+}
+
+/// Start `cmd` with piped stdio; `what` names it in the error.
+fn spawn(mut cmd: Command, lane: Lane, what: &str) -> Result<LinkIo, ToolError> {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| {
+        ToolError::Unavailable(format!(
+            "cannot start the {lane} runner ({what}): {e}; check that the program exists and is executable"
+        ))
+    })?;
+    let missing = |pipe: &str| ToolError::Io(format!("the {lane} runner's {pipe} is missing"));
+    let writer = child.stdin.take().ok_or_else(|| missing("stdin"))?;
+    let reader = child.stdout.take().ok_or_else(|| missing("stdout"))?;
+    let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
+    Ok(LinkIo {
+        reader: Box::new(reader),
+        writer: Box::new(writer),
+        stderr: Some(Box::new(stderr)),
+        child: Some(child),
+    })
+}
+
+/// A token for `session` that is safe in a file name, a container or pod name, and distinct
+/// per session: its safe characters (at most 40) and 16 hex digits of its hash.
+pub fn session_token(session: &str) -> String {
+    let safe: String = session
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        .take(40)
+        .collect();
+    let digest = toolyard_workspace::hash_bytes(session.as_bytes());
+    let digest = &digest[..16];
+    if safe.is_empty() {
+        format!("s-{digest}")
+    } else {
+        format!("{safe}-{digest}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolyard_core::Catalog;
+
+    fn remote(text: &str) -> Result<RemoteConfig, String> {
+        let catalog = Catalog::parse_over_builtin(text, "c.toml").map_err(|e| e.to_string())?;
+        catalog
+            .section::<RemoteConfig>("remote")
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn session_tokens_are_safe_and_distinct() {
+        let ids = ["alice", "a/b", "a_b", "../../etc", "", "ünï côde", "a b"];
+        let tokens: Vec<String> = ids.iter().map(|s| session_token(s)).collect();
+        for t in &tokens {
+            assert!(
+                t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_')),
+                "{t}"
+            );
+            assert!(!t.starts_with('-') && t.len() <= 57, "{t}");
+        }
+        let distinct: std::collections::HashSet<_> = tokens.iter().collect();
+        assert_eq!(distinct.len(), ids.len(), "{tokens:?}");
+        assert_eq!(session_token("alice"), session_token("alice"));
+    }
+
+    #[test]
+    fn the_template_expands_lane_and_session_and_adds_nothing() {
+        let c = remote(
+            "[remote]\ncommand = [\"ssh\", \"host\", \"toolyard\", \"runner\", \"--lane\", \"{lane}\", \"--workspace\", \"/w/{session}\"]\n",
+        )
+        .unwrap();
+        let link = CommandLink::from_config(&c).unwrap();
+        assert!(link.per_session() && link.is_remote());
+        assert_eq!(
+            link.expand(Lane::NoNet, "s-1"),
+            [
+                "ssh",
+                "host",
+                "toolyard",
+                "runner",
+                "--lane",
+                "no-net",
+                "--workspace",
+                "/w/s-1"
+            ]
+        );
+        let per_lane =
+            CommandLink::from_config(&remote("[remote]\ncommand = [\"x\", \"{lane}\"]\n").unwrap())
+                .unwrap();
+        assert!(!per_lane.per_session());
+        assert_eq!(
+            per_lane.heartbeat,
+            Duration::from_millis(DEFAULT_HEARTBEAT_MS)
+        );
+        assert!(CommandLink::from_config(&remote("").unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_bad_remote_section_names_its_line_and_column() {
+        let e = remote("[remote]\ncommand = [\"podman\", \"{lanes}\"]\n").unwrap_err();
+        // toml locates the array; the message names the argument.
+        assert!(e.contains("line 2, column 11"), "{e}");
+        assert!(e.contains("unknown placeholder `{lanes}`"), "{e}");
+        let e = remote("[remote]\ncommand = []\n").unwrap_err();
+        assert!(e.contains("line 2, column 11"), "{e}");
+        assert!(e.contains("at least the program"), "{e}");
+        let e = remote("[remote]\ncommand = [\"x\"]\nheartbeat_ms = 5\n").unwrap_err();
+        assert!(e.contains("line 3, column 16"), "{e}");
+        let e = remote("[remote]\ncomand = [\"x\"]\n").unwrap_err();
+        assert!(
+            e.contains("line 2, column 1") && e.contains("comand"),
+            "{e}"
+        );
+    }
+}
