@@ -14,7 +14,7 @@ use toolyard_workspace::JournalConfig;
 use crate::HooksConfig;
 
 /// Check every section of `catalog` (`[policy]`, `[sandbox]`, `[lanes]`, `[exec]`, `[hooks]`,
-/// `[journal]`, `[web]`, `[oracle]`, `[project]`) and the policy's patterns; the error lists
+/// `[journal]`, `[web]`, `[oracle]`, `[project]`, `[processes]`) and the policy's patterns; the error lists
 /// every mistake found, one a line. The tools and profiles were checked when it was parsed.
 pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
     let checks: [Result<(), CatalogError>; 10] = [
@@ -42,6 +42,16 @@ pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
         && let Err(e) = CommandPolicy::new(&policy)
     {
         messages.push(e.to_string());
+    }
+    // Zero would end every CLI session between two calls.
+    if let Ok(p) = catalog.section::<ProcessesConfig>("processes")
+        && p.idle_timeout_s == 0
+    {
+        messages.push(
+            "[processes] idle_timeout_s must be at least 1 (seconds without a call before a \
+             session's processes are killed); the default is 1800"
+                .into(),
+        );
     }
     if messages.is_empty() {
         return Ok(());
