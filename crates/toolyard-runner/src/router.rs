@@ -82,6 +82,14 @@ impl Router {
         self.lost.lock().map(|l| l.contains(id)).unwrap_or(false)
     }
 
+    /// Count `ids` as lost (a session host that held them died): calls naming them are told so,
+    /// and new processes are numbered past them.
+    pub fn mark_lost(&self, ids: impl IntoIterator<Item = String>) {
+        if let Ok(mut lost) = self.lost.lock() {
+            lost.extend(ids);
+        }
+    }
+
     /// The lanes whose runner is running.
     pub async fn live_lanes(&self) -> Vec<Lane> {
         let runners = self.runners.lock().await;
