@@ -648,7 +648,8 @@ where
     let issued = result
         .data
         .as_ref()
-        .and_then(|d| d.get("process_id"))
+        // Codex's exec_command names its process session_id.
+        .and_then(|d| d.get("process_id").or_else(|| d.get("session_id")))
         .and_then(Value::as_str)
         .map(str::to_string);
     let record = {

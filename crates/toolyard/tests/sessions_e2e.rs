@@ -480,3 +480,49 @@ fn a_sandboxed_command_cannot_reach_the_host() {
         eprintln!("unshare --user --pid is not allowed here: the peer check is not tested");
     }
 }
+
+#[test]
+fn dialect_forms_reach_their_processes_across_calls() {
+    let e = env();
+    let claude = ["--dialect", "claude-code"];
+    let o = e.call(
+        "cli",
+        "Bash",
+        r#"{"command":"echo from-claude; exec sleep 100","run_in_background":true}"#,
+        &claude,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(stdout(&o).contains("ID: net-1"), "{}", text(&o));
+    let mut seen = String::new();
+    assert!(
+        wait_until(PATIENCE, || {
+            let o = e.call("cli", "BashOutput", r#"{"bash_id":"net-1"}"#, &claude);
+            seen.push_str(&text(&o));
+            seen.contains("from-claude")
+        }),
+        "{seen}"
+    );
+    let o = e.call("cli", "KillShell", r#"{"shell_id":"net-1"}"#, &claude);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // Codex's unified exec: a `cat` outlives its yield and takes input from a later call.
+    let codex = ["--dialect", "codex"];
+    // No yield_time_ms: Codex's default yield keeps what outlives it, so this goes to the host.
+    let o = e.call(
+        "cli",
+        "exec_command",
+        r#"{"cmd":"cat"}"#,
+        &["--dialect", "codex", "--json"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let id = json_of(&o)["data"]["session_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!id.is_empty());
+    let write =
+        serde_json::json!({"session_id": id, "chars": "echoed-back\n", "yield_time_ms": 1000});
+    let o = e.call("cli", "write_stdin", &write.to_string(), &codex);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(stdout(&o).contains("echoed-back"), "{}", text(&o));
+}
