@@ -189,6 +189,8 @@ pub async fn call(
             dir.display()
         )
     })?;
+    let reaches = d.runs_in_process_lane(&tool);
+    let record = dir.join(format!("{key}.json"));
     let request = serde_json::to_string(&Request {
         session: session.clone(),
         tool,
@@ -203,10 +205,18 @@ pub async fn call(
                 // It was leaving: a fresh one starts below.
                 None => last_error = "it was shutting down".into(),
             },
+            Err(_) if starts == 0 && reaches && dead_record(&record).is_none() => {
+                // No host, none killed: no process to reach. Answer here (the tool says there
+                // is none) rather than start a host for nothing.
+                let req: Request = serde_json::from_str(&request)?;
+                return Ok(d
+                    .call(CallRequest::new(req.session, req.tool, req.args))
+                    .await);
+            }
             Err(e) if starts < 3 => {
                 tracing::debug!(error = %e, "no session host answers; starting one");
                 starts += 1;
-                report_lost(&dir.join(format!("{key}.json")), &session);
+                report_lost(&record, &session);
                 start_host(common, d, &key, &dir).await?;
                 continue;
             }

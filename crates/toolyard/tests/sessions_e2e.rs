@@ -193,6 +193,12 @@ fn a_plain_call_starts_no_host() {
     assert!(o.status.success(), "{}", text(&o));
     let o = e.call("cli", "run_command", r#"{"command":"echo hi"}"#, &[]);
     assert!(o.status.success(), "{}", text(&o));
+    // With no host there is no process to reach: answered here, without starting one.
+    let o = e.call("cli", "process_list", "{}", &[]);
+    assert!(stdout(&o).contains("no processes"), "{}", text(&o));
+    let o = e.call("cli", "process_output", r#"{"process_id":"net-1"}"#, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(stdout(&o).contains("no process `net-1`"), "{}", text(&o));
     assert!(e.hosts().is_empty(), "no host: {:?}", e.hosts());
 }
 
