@@ -373,6 +373,8 @@ struct Host {
     state_dir: PathBuf,
     idle: Duration,
     inner: Mutex<Inner>,
+    /// Held while the record is written.
+    writing: Mutex<()>,
 }
 
 struct Inner {
@@ -389,8 +391,12 @@ impl Host {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn save(&self, record: &Record) {
-        if let Err(e) = write_record(&self.record_path, record) {
+    /// Write the record as it is now. One writer at a time, each writing the latest state, so
+    /// the file never goes back to an older one.
+    fn save(&self) {
+        let _one = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let record = self.lock().record.clone();
+        if let Err(e) = write_record(&self.record_path, &record) {
             tracing::warn!(error = %e, path = %self.record_path.display(), "session host: cannot write its record");
         }
     }
@@ -453,10 +459,11 @@ async fn serve(args: HostArgs) -> Result<i32> {
             sessions: HashMap::new(),
             busy: 0,
             last_call: Instant::now(),
-            record: record.clone(),
+            record,
         }),
+        writing: Mutex::new(()),
     });
-    host.save(&record);
+    host.save();
     say("ready")?;
     // From here on stdout is nobody's: the caller has read its line.
     if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
@@ -533,13 +540,12 @@ async fn check(host: &Host) -> Option<String> {
     for s in idle {
         tracing::info!(session = %s, "session idle: ending it and killing its processes");
         host.dispatcher.end_session(&s).await;
-        let record = {
+        {
             let mut inner = host.lock();
             inner.sessions.remove(&s);
             inner.record.sessions.remove(&s);
-            inner.record.clone()
-        };
-        host.save(&record);
+        }
+        host.save();
     }
     let (busy, last, sessions) = {
         let inner = host.lock();
@@ -662,7 +668,7 @@ where
         .and_then(|d| d.get("process_id").or_else(|| d.get("session_id")))
         .and_then(Value::as_str)
         .map(str::to_string);
-    let record = {
+    {
         let mut inner = host.lock();
         if let Some(entry) = inner.sessions.get_mut(&session) {
             entry.0 = Instant::now();
@@ -672,8 +678,7 @@ where
         if let Some(id) = issued.filter(|id| !ids.contains(id)) {
             ids.push(id);
         }
-        inner.record.clone()
-    };
-    host.save(&record);
+    }
+    host.save();
     result
 }
