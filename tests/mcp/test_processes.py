@@ -236,3 +236,33 @@ async def test_ending_an_http_session_kills_its_processes_and_spares_another_ses
             assert pids_with_marker(theirs), "another session's process is left alone"
     finally:
         server.stop()
+
+
+async def test_an_idle_cookie_session_loses_its_processes(workspace, state_dir, tmp_path):
+    """Protocol 2026-07-28 has no session end: an HTTP client's cookie session ends after
+    [processes] idle_timeout_s without a request, and its processes with it."""
+    from conftest import HttpServer
+    from mcp import Client
+
+    n = int(time.time() * 1000) % 1000000
+    idle, busy = f"297.{n}1", f"297.{n}2"
+    path = tmp_path / "idle.toml"
+    path.write_text("[processes]\nidle_timeout_s = 3\n")
+    server = HttpServer(workspace, state_dir, ["--catalog", str(path)])
+    try:
+        async with Client(server.url, mode="2026-07-28") as quiet, Client(server.url, mode="2026-07-28") as active:
+            r = await quiet.call_tool("run_command", {"command": f"exec sleep {idle}", "background": True})
+            assert not r.is_error, text_of(r)
+            r = await active.call_tool("run_command", {"command": f"exec sleep {busy}", "background": True})
+            assert not r.is_error, text_of(r)
+            pid = data_of(r)["process_id"]
+            assert pids_with_marker(idle) and pids_with_marker(busy), "both run"
+            deadline = time.monotonic() + 30
+            while pids_with_marker(idle) and time.monotonic() < deadline:
+                # The active client keeps calling: its session never idles.
+                r = await active.call_tool("process_output", {"process_id": pid, "wait_ms": 500})
+                assert not r.is_error, text_of(r)
+            assert not pids_with_marker(idle), "the idle session's process is killed"
+            assert pids_with_marker(busy), "the active session's process is left alone"
+    finally:
+        server.stop()

@@ -49,6 +49,9 @@ pub struct ProcessesConfig {
     pub output_bytes: usize,
     /// Unread output kept by all processes of a runner together, in bytes.
     pub total_output_bytes: usize,
+    /// Seconds without a call after which a CLI session (or an HTTP client's cookie session)
+    /// ends and its processes are killed.
+    pub idle_timeout_s: u64,
 }
 
 impl Default for ProcessesConfig {
@@ -57,6 +60,7 @@ impl Default for ProcessesConfig {
             max_per_session: 8,
             output_bytes: 1 << 20,
             total_output_bytes: 16 << 20,
+            idle_timeout_s: 1800,
         }
     }
 }

@@ -53,6 +53,7 @@ use toolyard_runner::{CallRequest, Dispatcher};
 #[cfg(feature = "conformance")]
 mod fixtures;
 mod gate;
+mod idle;
 mod stdio;
 
 pub use gate::{ClientSession, Gate, SESSION_COOKIE};
@@ -86,6 +87,9 @@ pub enum ServeError {
     Unprotected(String),
 }
 
+/// The prefix of a session keyed by an HTTP client's cookie.
+const COOKIE_SESSION: &str = "mcp-http-client-";
+
 /// What every connection of one server shares: the dispatcher and the tool list, built once.
 struct Shared {
     dispatcher: Arc<Dispatcher>,
@@ -95,6 +99,8 @@ struct Shared {
     result_is_data: HashSet<String>,
     /// Whether this server is reached over HTTP (sessions are then keyed by the HTTP session).
     http: bool,
+    /// HTTP clients' cookie sessions, which end after the catalog's idle time.
+    cookies: Arc<idle::CookieSessions>,
     /// Serve the conformance suite's fixtures too (only with the `conformance` feature).
     #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
     fixtures: bool,
@@ -109,7 +115,14 @@ impl Shared {
             .map(|d| d.name.clone())
             .collect();
         let tools = defs.iter().filter_map(mcp_tool).collect();
+        let idle = dispatcher
+            .config()
+            .catalog
+            .section::<toolyard_exec::background::ProcessesConfig>("processes")
+            .unwrap_or_default()
+            .idle_timeout_s;
         Self {
+            cookies: idle::CookieSessions::new(std::time::Duration::from_secs(idle)),
             dispatcher,
             tools: Arc::new(tools),
             result_is_data,
@@ -221,7 +234,7 @@ impl ToolyardServer {
             return session;
         }
         match parts.and_then(|p| p.extensions.get::<ClientSession>()) {
-            Some(ClientSession(id)) => format!("mcp-http-client-{id}"),
+            Some(ClientSession(id)) => format!("{COOKIE_SESSION}{id}"),
             // Not through the gate (an embedder's own router): this request stands alone.
             None => format!("mcp-http-request-{}", uuid::Uuid::new_v4().simple()),
         }
@@ -233,6 +246,10 @@ impl ToolyardServer {
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let session = self.session_for(&ctx);
+        // A cookie session lives while its client calls; the reaper ends it when idle.
+        let _in_flight = session
+            .starts_with(COOKIE_SESSION)
+            .then(|| self.shared.cookies.begin(&session));
         let tool = request.name.to_string();
         let args = Value::Object(request.arguments.unwrap_or_default());
         let token = ctx.meta.get_progress_token();
@@ -538,6 +555,8 @@ pub struct HttpServer {
     listener: tokio::net::TcpListener,
     router: axum::Router,
     shutdown: CancellationToken,
+    /// What ends idle cookie sessions while the server runs.
+    reaper: (Arc<idle::CookieSessions>, Arc<Dispatcher>),
 }
 
 impl HttpServer {
@@ -571,7 +590,8 @@ impl HttpServer {
             return Err(ServeError::Unprotected(bound.to_string()));
         }
         let shutdown = CancellationToken::new();
-        let shared = Arc::new(Shared::new(dispatcher, true));
+        let shared = Arc::new(Shared::new(dispatcher.clone(), true));
+        let reaper = (shared.cookies.clone(), dispatcher);
         let mut config =
             StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
         if bound.ip().is_loopback() {
@@ -601,6 +621,7 @@ impl HttpServer {
             listener,
             router,
             shutdown,
+            reaper,
         })
     }
 
@@ -620,6 +641,8 @@ impl HttpServer {
     /// Serve until the shutdown token is cancelled.
     pub async fn run(self) -> Result<(), ServeError> {
         let token = self.shutdown.clone();
+        let (cookies, dispatcher) = self.reaper;
+        tokio::spawn(idle::reap(cookies, dispatcher, token.child_token()));
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(async move { token.cancelled().await })
             .await

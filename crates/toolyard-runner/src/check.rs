@@ -45,6 +45,16 @@ pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
     {
         messages.push(e.to_string());
     }
+    // Zero would end every CLI session between two calls.
+    if let Ok(p) = catalog.section::<ProcessesConfig>("processes")
+        && p.idle_timeout_s == 0
+    {
+        messages.push(
+            "[processes] idle_timeout_s must be at least 1 (seconds without a call before a \
+             session's processes are killed); the default is 1800"
+                .into(),
+        );
+    }
     if messages.is_empty() {
         return Ok(());
     }

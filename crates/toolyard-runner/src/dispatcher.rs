@@ -249,6 +249,12 @@ impl Dispatcher {
         })
     }
 
+    /// The catalog entry (loopr engine) a served tool runs under, e.g. `run_command` for
+    /// claude-code's `Bash`.
+    pub fn engine_of(&self, tool: &str) -> Option<&'static str> {
+        self.tools.get(tool).map(|t| t.engine)
+    }
+
     /// Whether `tool` runs in this (server) process rather than in its lane's runner.
     pub fn runs_in_server(&self, tool: &str) -> bool {
         self.tools
@@ -326,6 +332,39 @@ impl Dispatcher {
                 toolyard_tools::process::end_session(session);
             }
         }
+    }
+
+    /// How many background processes `session` holds in every lane (running, or ended with
+    /// output unread), its persistent shell included.
+    pub async fn session_processes(&self, session: &str) -> usize {
+        let Some(router) = &self.router else {
+            return toolyard_tools::process::session_process_count(session);
+        };
+        let mut n = 0;
+        for lane in router.live_lanes_for(session).await {
+            // The engine's own process_list: every runner serves it, whatever this dialect names.
+            let job = Job {
+                id: String::new(),
+                session: session.to_string(),
+                call_id: format!("{}-count", std::process::id()),
+                dialect: Dialect::Loopr.to_string(),
+                tool: "process_list".into(),
+                args: serde_json::json!({}),
+                timeout_ms: 10_000,
+                max_timeout_ms: 10_000,
+                max_output_bytes: toolyard_core::DEFAULT_MAX_OUTPUT_BYTES,
+            };
+            let r = router
+                .submit(lane, job, CancellationToken::new(), Arc::new(|_| {}))
+                .await;
+            n += r
+                .data
+                .as_ref()
+                .and_then(|d| d.get("processes"))
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+        }
+        n
     }
 
     /// The lane a process tool's call goes to: the one its `process_id` names.

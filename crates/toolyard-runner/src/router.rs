@@ -130,6 +130,15 @@ impl Router {
             .unwrap_or(false)
     }
 
+    /// Count `ids` of `session` as lost (a session host that held them died): calls naming
+    /// them are told so, and new processes are numbered past them.
+    pub fn mark_lost(&self, session: &str, ids: impl IntoIterator<Item = String>) {
+        let token = self.token(session);
+        if let Ok(mut lost) = self.lost.lock() {
+            lost.entry(token).or_default().extend(ids);
+        }
+    }
+
     /// The lanes whose runner is running (any session's).
     pub async fn live_lanes(&self) -> Vec<Lane> {
         self.live(|_| true).await

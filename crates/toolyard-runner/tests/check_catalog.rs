@@ -74,3 +74,16 @@ fn a_bad_remote_section_fails_the_check_with_its_line() {
     ))
     .unwrap();
 }
+
+#[test]
+fn the_processes_idle_timeout_is_checked() {
+    check_catalog(&catalog("[processes]\nidle_timeout_s = 60\n")).unwrap();
+    let err = check_catalog(&catalog("[processes]\nidle_timeout_s = \"1h\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("[processes]"), "{err}");
+    let err = check_catalog(&catalog("[processes]\nidle_timeout_s = 0\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("idle_timeout_s must be at least 1"), "{err}");
+}

@@ -67,6 +67,11 @@ pub fn end_session(session: &str) -> usize {
     TABLE.get().map_or(0, |t| t.end_session(session))
 }
 
+/// How many processes `session` has in this process's table (running, or ended and unread).
+pub fn session_process_count(session: &str) -> usize {
+    TABLE.get().map_or(0, |t| t.list(session).len())
+}
+
 /// Kill every process (the runner is shutting down).
 pub fn kill_all() {
     if let Some(t) = TABLE.get() {

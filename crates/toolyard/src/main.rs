@@ -10,6 +10,7 @@ use toolyard_core::{Catalog, SchemaFormat};
 use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 use toolyard_tools::Dialect;
 
+mod host;
 mod serve;
 
 /// Toolyard: safe, fast, faithful tools for LLM coding agents.
@@ -40,6 +41,9 @@ enum Action {
     Undo(UndoArgs),
     /// List the plans, specs and phases the artifact tools stored.
     Artifacts(WorkspaceArgs),
+    /// Hold CLI sessions' background processes between calls (started by `call`, not by hand).
+    #[command(hide = true)]
+    SessionHost(host::HostArgs),
 }
 
 #[derive(Args)]
@@ -143,7 +147,8 @@ struct CallArgs {
     tool: String,
     /// Its arguments as a JSON object, or `-` to read them from standard input.
     args: Option<String>,
-    /// The session: reads recorded under one session let later calls of it edit.
+    /// The session: reads recorded under one session let later calls of it edit, and its
+    /// background processes and shell stay reachable by later calls of it (in a session host).
     #[arg(long, default_value = "cli")]
     session: String,
     /// Print the whole ToolResult as JSON instead of the model-facing output.
@@ -247,7 +252,10 @@ pub(crate) fn workspace_root(given: Option<&Path>) -> Result<PathBuf> {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    if matches!(cli.command, Action::Serve(_) | Action::Call(_)) {
+    if matches!(
+        cli.command,
+        Action::Serve(_) | Action::Call(_) | Action::SessionHost(_)
+    ) {
         // This process holds the user's secrets and runs the runners: no command may read
         // its environment or memory through /proc.
         toolyard_exec::sandbox::make_non_dumpable();
@@ -261,6 +269,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Action::Log(args) => log(args),
         Action::Undo(args) => undo(args),
         Action::Artifacts(args) => artifacts(args),
+        Action::SessionHost(args) => host::host_main(args),
         Action::Runner(args) => {
             // Sandboxes itself before any thread exists: no runtime may start before this.
             toolyard_runner::runner_main(toolyard_runner::RunnerArgs {
@@ -339,9 +348,14 @@ async fn call(args: CallArgs) -> Result<ExitCode> {
         bail!("the arguments must be a JSON object, like '{{\"path\": \"README.md\"}}'");
     }
     let dispatcher = dispatcher(&args.common)?;
-    let result = dispatcher
-        .call(CallRequest::new(args.session, args.tool, json))
-        .await;
+    // A process that outlives this call lives in the session host, where later calls reach it.
+    let result = if host::outlives_call(&dispatcher, &args.tool, &json) {
+        host::call(&args.common, &dispatcher, args.session, args.tool, json).await?
+    } else {
+        dispatcher
+            .call(CallRequest::new(args.session, args.tool, json))
+            .await
+    };
     if args.json {
         out!("{}", serde_json::to_string_pretty(&result)?);
     } else {
