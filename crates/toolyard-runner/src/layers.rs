@@ -13,8 +13,8 @@
 //!    The runner checks again where the command runs (see `CommandEnv::admit`): it is the
 //!    boundary, and it also sees the commands the call does not carry (a project's default).
 //!
-//! Read-before-edit is not a layer here: its check and the write are one compare-and-swap
-//! inside the write (`Records::check_write`), so they cannot be split apart.
+//! Read-before-edit is not a layer here: its rule is `files::expect_for_write`, and the write's
+//! compare-and-swap (`files::commit_write`) must stay inside the write.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
