@@ -121,3 +121,11 @@ impl From<serde_json::Error> for ToolError {
         Self::Serialization(e.to_string())
     }
 }
+
+/// The error for a call to a tool that is not served, naming the ones that are.
+pub fn unknown_tool(name: &str, available: &[&str]) -> ToolError {
+    ToolError::NotFound(format!(
+        "unknown tool `{name}`; available tools: {}",
+        available.join(", ")
+    ))
+}

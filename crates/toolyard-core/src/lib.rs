@@ -2,12 +2,12 @@
 //!
 //! The vocabulary every other Toolyard crate speaks: the [`Tool`] trait (and its typed form
 //! [`TypedTool`], whose JSON Schema is derived from the argument struct), [`ToolContext`],
-//! [`ToolResult`] and [`ToolError`], the [`Registry`], schema export to OpenAI / Anthropic / MCP
-//! ([`ToolDefinition`]), the [`Catalog`] with its lanes and profiles, and output shaping
+//! [`ToolResult`] and [`ToolError`], the one function that decides a call's [`time_limit`],
+//! schema export to OpenAI / Anthropic / MCP ([`ToolDefinition`]), the [`Catalog`] with its lanes and profiles, and output shaping
 //! ([`shape::head_tail`]). Nothing here knows a file system, a process or a transport exists.
 //!
 //! ```
-//! use toolyard_core::{Annotations, Registry, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+//! use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
 //!
 //! #[derive(serde::Deserialize, schemars::JsonSchema)]
 //! #[serde(deny_unknown_fields)]
@@ -25,17 +25,14 @@
 //!     }
 //! }
 //!
-//! let mut reg = Registry::new();
-//! reg.register(std::sync::Arc::new(Typed(Echo))).unwrap();
 //! let ctx = ToolContext::new("/tmp", "s1");
 //! let rt = tokio::runtime::Runtime::new().unwrap();
-//! let out = rt.block_on(reg.invoke("echo", serde_json::json!({"text": "hi"}), &ctx));
+//! let out = rt.block_on(Typed(Echo).invoke(serde_json::json!({"text": "hi"}), &ctx)).unwrap();
 //! assert_eq!(out.output, "hi");
 //! ```
 
 mod catalog;
 mod error;
-mod registry;
 mod result;
 pub mod schema;
 pub mod shape;
@@ -45,13 +42,13 @@ mod validate;
 pub use catalog::{
     ALL_PROFILE, Catalog, CatalogError, DEFAULT_CATALOG, DEFAULT_MAX_OUTPUT_BYTES, Lane, ToolSpec,
 };
-pub use error::ToolError;
-pub use registry::{Registry, RegistryError, unknown_tool};
+pub use error::{ToolError, unknown_tool};
 pub use result::{Image, ToolResult};
 pub use schema::{
     Freeform, SchemaFormat, ToolDefinition, export, result_envelope_schema, schema_of,
 };
 pub use tool::{
-    Annotations, Progress, ProgressSink, Tool, ToolContext, Typed, TypedTool, parse_args,
+    Annotations, Progress, ProgressSink, TIMEOUT_ARG, Tool, ToolContext, Typed, TypedTool,
+    parse_args, time_limit,
 };
 pub use validate::ArgValidator;

@@ -90,9 +90,10 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Where progress reports go.
     pub progress: ProgressSink,
-    /// The call's default time budget (the catalog's `timeout_ms`).
+    /// This call's time limit, decided once by [`time_limit`] (the dispatcher's layer, or
+    /// [`Tool::invoke`] for a direct call): the tool runs within it and clamps nothing itself.
     pub timeout: Duration,
-    /// The most a call may ask for with its own timeout argument (`max_timeout_ms`).
+    /// The catalog's ceiling (`max_timeout_ms`), for waits a call asks for (a yield, a read).
     pub max_timeout: Duration,
     /// The most output bytes the model should get.
     pub max_output_bytes: usize,
@@ -128,14 +129,6 @@ impl ToolContext {
         }
     }
 
-    /// The time budget for a call that asked for `requested_ms` (clamped to the ceiling).
-    pub fn budget(&self, requested_ms: Option<u64>) -> Duration {
-        requested_ms
-            .map(Duration::from_millis)
-            .unwrap_or(self.timeout)
-            .min(self.max_timeout)
-    }
-
     /// Send a progress report.
     pub fn report(&self, progress: f64, total: Option<f64>, message: impl Into<String>) {
         (self.progress)(Progress {
@@ -144,6 +137,33 @@ impl ToolContext {
             message: Some(message.into()),
         });
     }
+}
+
+/// The argument through which a call asks for its own time limit, in milliseconds.
+pub const TIMEOUT_ARG: &str = "timeout_ms";
+
+/// A call's time limit, the one place it is decided: the `asked_ms` of a tool that takes
+/// [`TIMEOUT_ARG`], else the catalog's `default`; asking for more than the catalog's `ceiling`
+/// is refused with the ceiling named.
+pub fn time_limit(
+    tool: &str,
+    asked_ms: Option<u64>,
+    default: Duration,
+    ceiling: Duration,
+) -> Result<Duration, ToolError> {
+    let Some(asked) = asked_ms else {
+        return Ok(default.min(ceiling));
+    };
+    let ceiling_ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
+    if asked > ceiling_ms {
+        return Err(ToolError::InvalidArguments(format!(
+            "`{tool}` was not run: {TIMEOUT_ARG}: {asked} is greater than this tool's ceiling of \
+             {ceiling_ms} ms (max_timeout_ms in the catalog); pass at most {ceiling_ms}, or leave \
+             it out for the default of {} ms.",
+            default.min(ceiling).as_millis()
+        )));
+    }
+    Ok(Duration::from_millis(asked))
 }
 
 /// A tool: a name, a description, a JSON Schema for its arguments, and an async invoke.
@@ -174,10 +194,13 @@ pub trait Tool: Send + Sync {
     fn arg_validator(&self) -> Result<Arc<ArgValidator>, String> {
         ArgValidator::new(&self.input_schema()).map(Arc::new)
     }
-    /// Whether `invoke` checks its arguments against the schema itself (typed tools do), so a
-    /// caller need not.
-    fn checks_args(&self) -> bool {
-        false
+    /// Check `args` against [`Tool::input_schema`], every problem at once; `Ok` means
+    /// [`Tool::invoke_checked`] may run them.
+    fn check_args(&self, args: &Value) -> Result<(), ToolError> {
+        let v = self
+            .arg_validator()
+            .map_err(|e| broken_schema(self.name(), &e))?;
+        v.check(self.name(), args)
     }
     /// What must be configured before this tool can work (which environment variable or
     /// catalog key), or `None` when it can. Servers leave a tool that needs something out of
@@ -201,6 +224,23 @@ pub trait Tool: Send + Sync {
     }
     /// Run the call. An `Err` is a result the model reads, not a crash.
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
+    /// Run a call whose arguments passed [`Tool::check_args`] and whose time limit is already
+    /// in `ctx` (the dispatcher's layers did both). Arguments that still do not parse are an
+    /// error result, never a crash.
+    async fn invoke_checked(
+        &self,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, ToolError> {
+        self.invoke(args, ctx).await
+    }
+}
+
+/// The error for a tool whose own argument schema does not compile.
+fn broken_schema(tool: &str, e: &str) -> ToolError {
+    ToolError::Unavailable(format!(
+        "{tool}: its argument schema does not compile ({e}); this is a Toolyard bug"
+    ))
 }
 
 /// A tool whose arguments are a typed struct; the schema is derived from it.
@@ -274,9 +314,6 @@ impl<T: TypedTool> Tool for Typed<T> {
     fn arg_validator(&self) -> Result<Arc<ArgValidator>, String> {
         crate::validate::cached(TypeId::of::<T>(), || self.input_schema())
     }
-    fn checks_args(&self) -> bool {
-        true
-    }
     fn needs(&self) -> Option<String> {
         self.0.needs()
     }
@@ -289,40 +326,49 @@ impl<T: TypedTool> Tool for Typed<T> {
     fn returns_images(&self) -> bool {
         self.0.returns_images()
     }
-    async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+    fn check_args(&self, args: &Value) -> Result<(), ToolError> {
         let name = self.0.name();
         // parse_args says what arguments that are not an object must be.
-        let validator = if args.is_null() || args.is_object() {
-            Some(self.arg_validator().map_err(|e| {
-                ToolError::Unavailable(format!(
-                    "{name}: its argument schema does not compile ({e}); this is a Toolyard bug"
-                ))
-            })?)
-        } else {
-            None
-        };
+        if !(args.is_null() || args.is_object()) {
+            return Ok(());
+        }
+        let validator = self.arg_validator().map_err(|e| broken_schema(name, &e))?;
         if self.0.checks_own_args() {
+            // Parses: the tool judges in its own words. Several mistakes: all of them at once,
+            // where serde names only the first.
             return match parse_args::<T::Args>(name, args.clone()) {
-                Ok(parsed) => self.0.run(parsed, ctx).await,
-                // One mistake: the tool's own words; several: all of them at once, where
-                // serde names only the first.
-                Err(first) => {
-                    let all = validator.map(|v| (v.problems(&args, ctx), v));
-                    match all {
-                        Some((problems, v)) if problems.len() > 1 => {
-                            Err(v.refusal(name, &problems))
-                        }
-                        _ => Err(first),
-                    }
-                }
+                Ok(_) => Ok(()),
+                Err(first) => match validator.problems(args) {
+                    p if p.len() > 1 => Err(validator.refusal(name, &p)),
+                    _ => Err(first),
+                },
             };
         }
-        // Every front door (each dialect, MCP, the CLI) comes through here: refuse what the
-        // advertised schema refuses, all of it at once, before serde sees the first mistake.
-        if let Some(v) = validator {
-            v.check(name, &args, ctx)?;
-        }
-        let parsed = parse_args::<T::Args>(name, args)?;
+        // Refuse what the advertised schema refuses, all of it at once, before serde sees the
+        // first mistake.
+        validator.check(name, args)
+    }
+    async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        // A direct call (an adapter calling the engine tool, a test) gets the dispatcher's
+        // checks here: the schema, then the time limit.
+        self.check_args(&args)?;
+        let asked = args.get(TIMEOUT_ARG).and_then(Value::as_u64);
+        let takes = self.arg_validator().is_ok_and(|v| v.takes_timeout());
+        let mut ctx = ctx.clone();
+        ctx.timeout = time_limit(
+            self.0.name(),
+            asked.filter(|_| takes),
+            ctx.timeout,
+            ctx.max_timeout,
+        )?;
+        self.invoke_checked(args, &ctx).await
+    }
+    async fn invoke_checked(
+        &self,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, ToolError> {
+        let parsed = parse_args::<T::Args>(self.0.name(), args)?;
         self.0.run(parsed, ctx).await
     }
 }

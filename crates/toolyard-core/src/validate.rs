@@ -9,10 +9,8 @@ use jsonschema::paths::LocationSegment;
 use jsonschema::{Draft, ValidationError, Validator};
 use serde_json::Value;
 
-use crate::{ToolContext, ToolError};
-
-/// The argument that [`ToolContext::budget`] reads, checked against the call's ceiling.
-const TIMEOUT_ARG: &str = "timeout_ms";
+use crate::ToolError;
+use crate::tool::TIMEOUT_ARG;
 
 /// Longest rendering of a wrong value inside a message; a model sent it, it need not read it back.
 const MAX_SHOWN: usize = 80;
@@ -70,8 +68,8 @@ impl ArgValidator {
 
     /// Check `args` for `tool` (`null` counts as `{}`); the error lists every problem, each
     /// naming its argument, then what the tool takes.
-    pub fn check(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Result<(), ToolError> {
-        let problems = self.problems(args, ctx);
+    pub fn check(&self, tool: &str, args: &Value) -> Result<(), ToolError> {
+        let problems = self.problems(args);
         if problems.is_empty() {
             Ok(())
         } else {
@@ -80,17 +78,19 @@ impl ArgValidator {
     }
 
     /// Every problem of `args`, one line each, starting with the argument's path.
-    pub fn problems(&self, args: &Value, ctx: &ToolContext) -> Vec<String> {
+    pub fn problems(&self, args: &Value) -> Vec<String> {
         let empty = Value::Object(Default::default());
         let args = if args.is_null() { &empty } else { args };
         let mut problems: Vec<String> = Vec::new();
         for e in self.validator.iter_errors(args) {
             problems.extend(describe(&e));
         }
-        if problems.is_empty() && self.has_timeout {
-            problems.extend(over_ceiling(args, ctx));
-        }
         problems
+    }
+
+    /// Whether the tool takes [`TIMEOUT_ARG`], its own time limit (see [`crate::time_limit`]).
+    pub fn takes_timeout(&self) -> bool {
+        self.has_timeout
     }
 
     /// The error refusing a call of `tool` for `problems`: all of them, then what it takes.
@@ -110,20 +110,6 @@ impl ArgValidator {
             if problems.len() == 1 { "it" } else { "them" },
         ))
     }
-}
-
-/// A `timeout_ms` above the ceiling the catalog sets for this call.
-fn over_ceiling(args: &Value, ctx: &ToolContext) -> Option<String> {
-    let asked = args.get(TIMEOUT_ARG)?.as_u64()?;
-    let ceiling = u64::try_from(ctx.max_timeout.as_millis()).unwrap_or(u64::MAX);
-    (asked > ceiling).then(|| {
-        format!(
-            "{TIMEOUT_ARG}: {asked} is greater than this tool's ceiling of {ceiling} ms \
-             (max_timeout_ms in the catalog); pass at most {ceiling}, or leave it out for the \
-             default of {} ms",
-            ctx.timeout.as_millis()
-        )
-    })
 }
 
 /// One line per problem in `e`, each starting with the argument's path.

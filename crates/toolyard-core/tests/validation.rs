@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolyard_core::{
-    Annotations, Registry, RegistryError, Tool, ToolContext, ToolDefinition, ToolError, ToolResult,
-    Typed, TypedTool, schema_of,
+    Annotations, Tool, ToolContext, ToolDefinition, ToolError, ToolResult, Typed, TypedTool,
+    schema_of,
 };
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -46,18 +46,21 @@ impl TypedTool for Run {
     }
 }
 
-fn registry() -> (Registry, Arc<AtomicUsize>) {
+fn registry() -> (Arc<dyn Tool>, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
-    let mut reg = Registry::new();
-    reg.register(Arc::new(Typed(Run(runs.clone())))).unwrap();
-    (reg, runs)
+    (Arc::new(Typed(Run(runs.clone()))), runs)
 }
 
-fn call(reg: &Registry, args: Value, ctx: &ToolContext) -> ToolResult {
+/// A direct call: `invoke` applies the checks the dispatcher's layers apply to a served call.
+fn call(tool: &Arc<dyn Tool>, args: Value, ctx: &ToolContext) -> ToolResult {
+    invoke(tool.as_ref(), args, ctx)
+}
+
+fn invoke(tool: &dyn Tool, args: Value, ctx: &ToolContext) -> ToolResult {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    rt.block_on(reg.invoke("run", args, ctx))
+    rt.block_on(tool.invoke(args, ctx)).into()
 }
 
 fn ctx() -> ToolContext {
@@ -129,6 +132,45 @@ fn a_timeout_over_the_ceiling_is_refused_naming_the_ceiling() {
     assert!(out.success, "{}", out.output);
 }
 
+/// Says the time limit its context carries.
+struct Timed;
+
+#[async_trait::async_trait]
+impl TypedTool for Timed {
+    type Args = RunArgs;
+    fn name(&self) -> &str {
+        "timed"
+    }
+    fn description(&self) -> &str {
+        "timed"
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations::COMMAND
+    }
+    async fn run(&self, _: RunArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        Ok(ToolResult::ok(ctx.timeout.as_millis().to_string()))
+    }
+}
+
+#[test]
+fn the_decided_time_limit_reaches_the_tool_in_its_context() {
+    let mut c = ctx();
+    c.timeout = Duration::from_millis(30_000);
+    c.max_timeout = Duration::from_millis(90_000);
+    let asked = invoke(
+        &Typed(Timed),
+        json!({"command": "x", "timeout_ms": 5_000}),
+        &c,
+    );
+    assert_eq!(asked.output, "5000");
+    let default = invoke(&Typed(Timed), json!({"command": "x"}), &c);
+    assert_eq!(default.output, "30000");
+    // A default above the ceiling is held to it.
+    c.timeout = Duration::from_millis(120_000);
+    let held = invoke(&Typed(Timed), json!({"command": "x"}), &c);
+    assert_eq!(held.output, "90000");
+}
+
 #[test]
 fn schemas_carry_no_nonstandard_formats() {
     let schema = schema_of::<RunArgs>();
@@ -141,8 +183,7 @@ fn schemas_carry_no_nonstandard_formats() {
 
 #[test]
 fn the_definition_states_the_timeout_ceiling() {
-    let (reg, _) = registry();
-    let tool = reg.get("run").unwrap();
+    let (tool, _) = registry();
     let def = ToolDefinition::of(tool.as_ref(), None).with_timeout_limits(30_000, 90_000);
     let t = &def.input_schema["properties"]["timeout_ms"];
     assert_eq!(t["maximum"], json!(90_000));
@@ -179,15 +220,14 @@ impl Tool for Broken {
 }
 
 #[test]
-fn a_schema_that_does_not_compile_fails_at_registration() {
-    let mut reg = Registry::new();
-    let err = reg.register(Arc::new(Broken)).unwrap_err();
-    assert!(matches!(err, RegistryError::InvalidSchema { .. }), "{err}");
+fn a_schema_that_does_not_compile_is_an_error_naming_the_tool() {
+    let err = Broken.check_args(&json!({})).unwrap_err();
+    assert_eq!(err.kind(), "unavailable", "{err}");
     assert!(err.to_string().contains("broken"), "{err}");
 }
 
 #[test]
-fn untyped_tools_are_validated_by_the_registry() {
+fn untyped_tools_are_checked_against_their_schema() {
     struct Raw;
     #[async_trait::async_trait]
     impl Tool for Raw {
@@ -207,17 +247,9 @@ fn untyped_tools_are_validated_by_the_registry() {
             Ok(ToolResult::ok("ran"))
         }
     }
-    let mut reg = Registry::new();
-    reg.register(Arc::new(Raw)).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let out = rt.block_on(reg.invoke("raw", json!({"n": 0}), &ctx()));
-    assert!(
-        out.output.contains("n: 0 is less than the minimum of 1"),
-        "{}",
-        out.output
-    );
+    let err = Raw.check_args(&json!({"n": 0})).unwrap_err().to_string();
+    assert!(err.contains("n: 0 is less than the minimum of 1"), "{err}");
+    assert!(Raw.check_args(&json!({"n": 1})).is_ok());
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -259,20 +291,15 @@ impl TypedTool for Own {
 
 #[test]
 fn a_tool_that_checks_its_own_rules_speaks_for_them() {
-    let mut reg = Registry::new();
-    reg.register(Arc::new(Typed(Own))).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
     // Parses: the tool's own words.
-    let out = rt.block_on(reg.invoke("own", json!({"items": ["a"]}), &ctx()));
+    let out = invoke(&Typed(Own), json!({"items": ["a"]}), &ctx());
     assert!(
         out.output.contains("a list has at least 2 items, got 1"),
         "{}",
         out.output
     );
     // Does not parse: the schema's list of every mistake, not serde's first.
-    let out = rt.block_on(reg.invoke("own", json!({"items": ["a"], "extra": 1}), &ctx()));
+    let out = invoke(&Typed(Own), json!({"items": ["a"], "extra": 1}), &ctx());
     assert!(
         out.output.contains("2 arguments are wrong"),
         "{}",
@@ -320,12 +347,7 @@ impl TypedTool for Task {
 
 #[test]
 fn a_value_outside_an_enum_lists_the_choices() {
-    let mut reg = Registry::new();
-    reg.register(Arc::new(Typed(Task))).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let out = rt.block_on(reg.invoke("task", json!({"action": "rename"}), &ctx()));
+    let out = invoke(&Typed(Task), json!({"action": "rename"}), &ctx());
     assert!(
         out.output
             .contains("action: \"rename\" is not one of \"create\", \"modify\""),

@@ -1,12 +1,12 @@
-//! Run one command: `sh -c COMMAND` in a working directory, stdin from /dev/null, a timeout and
-//! cancellation that kill the whole process tree, and output captured head-and-tail while the
-//! command runs, so memory stays bounded however much it prints.
+//! Run one command: `sh -c COMMAND` in a working directory, stdin from /dev/null (or given
+//! bytes), a timeout and cancellation that kill the whole process tree, and output captured
+//! head-and-tail while the command runs, so memory stays bounded however much it prints.
 
 use std::ffi::CString;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write as _;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -102,6 +102,11 @@ pub struct ExecRequest {
     pub cancel: CancellationToken,
     /// Called about once a second while the command runs.
     pub on_progress: Option<ProgressFn>,
+    /// Bytes written to the command's stdin, which is then closed (`None`: /dev/null).
+    pub stdin: Option<Vec<u8>>,
+    /// Also keep stdout's first this many bytes exactly as written, in
+    /// [`ExecOutcome::raw_stdout`] (0: none), for output that is data, not text.
+    pub raw_stdout_limit: usize,
 }
 
 impl std::fmt::Debug for ExecRequest {
@@ -131,6 +136,8 @@ impl ExecRequest {
             call_id: "call".into(),
             cancel: CancellationToken::new(),
             on_progress: None,
+            stdin: None,
+            raw_stdout_limit: 0,
         }
     }
 }
@@ -160,6 +167,8 @@ pub struct ExecOutcome {
     pub stderr_bytes: u64,
     /// The file holding the full stdout+stderr (interleaved as they arrived) when truncated.
     pub full_output: Option<PathBuf>,
+    /// Stdout's first [`ExecRequest::raw_stdout_limit`] bytes, unshaped.
+    pub raw_stdout: Vec<u8>,
 }
 
 impl ExecOutcome {
@@ -218,7 +227,7 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
         return Err(ToolError::FileNotFound(req.cwd.clone()));
     }
     let mechanism = tree::mechanism();
-    let (mut child, mut out, mut err) = match spawn(&req, mechanism) {
+    let (mut child, mut out, mut err, input) = match spawn(&req, mechanism) {
         Ok(spawned) => spawned,
         // The namespace may be refused later than the probe saw (e.g. a limit on namespaces).
         Err(e) if mechanism != &Mechanism::ProcessGroup && is_namespace_refusal(&e) => {
@@ -229,6 +238,14 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
     };
     let started = Instant::now();
     tracing::debug!(command = %req.command, cwd = %req.cwd.display(), "spawned");
+    if let (Some(mut pipe), Some(bytes)) = (input, req.stdin.clone()) {
+        // Aside, so a command that never reads its input cannot stall the loop; the write
+        // ends with an error once the tree is gone.
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let _ = pipe.write_all(&bytes).await;
+        });
+    }
 
     let mut capture = Capture::new(&req);
     // Read into spare capacity: nothing is zeroed (or even touched) for a quiet command.
@@ -333,6 +350,9 @@ enum Proc {
 }
 
 type Reader = Pin<Box<dyn AsyncRead + Send>>;
+type Writer = Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+/// A started command, its stdout and stderr, and its stdin when [`ExecRequest::stdin`] is set.
+type Spawned = (Proc, Reader, Reader, Option<Writer>);
 
 impl Proc {
     /// How the command ended (cancel-safe).
@@ -367,7 +387,7 @@ impl Proc {
     }
 }
 
-fn spawn(req: &ExecRequest, mechanism: &Mechanism) -> Result<(Proc, Reader, Reader), ToolError> {
+fn spawn(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, ToolError> {
     match mechanism {
         Mechanism::PidNamespace | Mechanism::UserPidNamespace => {
             spawn_ns(req, matches!(mechanism, Mechanism::UserPidNamespace))
@@ -376,7 +396,7 @@ fn spawn(req: &ExecRequest, mechanism: &Mechanism) -> Result<(Proc, Reader, Read
     }
 }
 
-fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<(Proc, Reader, Reader), ToolError> {
+fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<Spawned, ToolError> {
     let c = |s: &[u8], what: &str| {
         CString::new(s)
             .map_err(|_| ToolError::InvalidArguments(format!("{what} contains a NUL byte")))
@@ -399,12 +419,30 @@ fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<(Proc, Reader, Reader), 
         })
         .collect::<Result<Vec<_>, _>>()?;
     let cwd = c(req.cwd.as_os_str().as_bytes(), "the working directory")?;
+    let io = |e: std::io::Error| ToolError::Io(format!("watching the command: {e}"));
+    // With input, the three pipes are made here and handed over; the child's ends close
+    // on our side once it has its copies.
+    let given = match req.stdin {
+        Some(_) => Some((
+            cloexec_pipe().map_err(io)?,
+            cloexec_pipe().map_err(io)?,
+            cloexec_pipe().map_err(io)?,
+        )),
+        None => None,
+    };
     let cmd = tree::NsCommand {
         program: &program,
         args: &args,
         env: &env,
         cwd: &cwd,
-        stdio: None,
+        stdio: given
+            .as_ref()
+            .map(|((in_r, _), (_, out_w), (_, err_w))| tree::NsStdio {
+                stdin: in_r.as_raw_fd(),
+                stdout: out_w.as_raw_fd(),
+                stderr: err_w.as_raw_fd(),
+                controlling_tty: false,
+            }),
         die_with_parent: false,
     };
     let spawned = tree::spawn_in_pid_namespace(&cmd, user_ns)
@@ -412,10 +450,15 @@ fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<(Proc, Reader, Reader), 
     let tree::NsSpawned {
         child,
         pidfd,
-        stdout,
-        stderr,
+        mut stdout,
+        mut stderr,
     } = spawned;
-    let io = |e: std::io::Error| ToolError::Io(format!("watching the command: {e}"));
+    let mut input = None;
+    if let Some(((_, in_w), (out_r, _), (err_r, _))) = given {
+        stdout = Some(out_r);
+        stderr = Some(err_r);
+        input = Some(in_w);
+    }
     // SAFETY: the AsyncFd owns the pidfd, which stays open and the same until it is dropped.
     let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
         .map_err(|e| io(e.into()))?;
@@ -426,18 +469,35 @@ fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<(Proc, Reader, Reader), 
     };
     let out = pipe::Receiver::from_owned_fd(stdout).map_err(io)?;
     let err = pipe::Receiver::from_owned_fd(stderr).map_err(io)?;
-    Ok((Proc::Ns(child, pidfd), Box::pin(out), Box::pin(err)))
+    let input: Option<Writer> = match input {
+        Some(fd) => Some(Box::pin(pipe::Sender::from_owned_fd(fd).map_err(io)?)),
+        None => None,
+    };
+    Ok((Proc::Ns(child, pidfd), Box::pin(out), Box::pin(err), input))
 }
 
-fn spawn_tokio(
-    req: &ExecRequest,
-    mechanism: &Mechanism,
-) -> Result<(Proc, Reader, Reader), ToolError> {
+/// A pipe whose both ends close on exec: (read end, write end).
+fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors that we then own.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
+fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, ToolError> {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(&req.command)
         .current_dir(&req.cwd)
-        .stdin(Stdio::null())
+        .stdin(match req.stdin {
+            Some(_) => Stdio::piped(),
+            None => Stdio::null(),
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env_clear()
@@ -460,7 +520,13 @@ fn spawn_tokio(
                     "the command's output pipes are missing".into(),
                 ));
             };
-            Ok((Proc::Tokio(child, tree), Box::pin(out), Box::pin(err)))
+            let input = child.stdin.take().map(|i| Box::pin(i) as Writer);
+            Ok((
+                Proc::Tokio(child, tree),
+                Box::pin(out),
+                Box::pin(err),
+                input,
+            ))
         }
         Err(e) => {
             prepared.abandon();
@@ -500,6 +566,8 @@ struct Capture {
     stdout_cap: usize,
     stderr_cap: usize,
     spill: Spill,
+    raw_stdout: Vec<u8>,
+    raw_limit: usize,
 }
 
 impl Capture {
@@ -520,12 +588,19 @@ impl Capture {
             stdout_cap: half,
             stderr_cap: req.max_output_bytes - half,
             spill,
+            raw_stdout: Vec::new(),
+            raw_limit: req.raw_stdout_limit,
         }
     }
 
     fn push(&mut self, stream: Stream, chunk: &[u8]) {
         match stream {
-            Stream::Out => self.stdout.push(chunk),
+            Stream::Out => {
+                let room = self.raw_limit.saturating_sub(self.raw_stdout.len());
+                self.raw_stdout
+                    .extend_from_slice(&chunk[..room.min(chunk.len())]);
+                self.stdout.push(chunk)
+            }
             Stream::Err => self.stderr.push(chunk),
         }
         // Spill as soon as either stream no longer fits its share.
@@ -562,6 +637,7 @@ impl Capture {
             stdout_bytes,
             stderr_bytes,
             full_output: if truncated { full_output } else { None },
+            raw_stdout: self.raw_stdout,
         }
     }
 }

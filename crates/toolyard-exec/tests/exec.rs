@@ -129,6 +129,33 @@ async fn runs_in_cwd_with_stdin_from_dev_null() {
 }
 
 #[tokio::test]
+async fn given_stdin_is_read_and_raw_stdout_kept_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut req = request(dir.path(), "cat; printf 'a\\0\\377b'");
+    req.stdin = Some(b"from the caller\n".to_vec());
+    req.raw_stdout_limit = 1024;
+    let out = run_bounded(req).await;
+    assert_eq!(out.exit_code, Some(0), "{}", out.model_text());
+    assert!(
+        out.stdout.starts_with("from the caller\n"),
+        "{}",
+        out.stdout
+    );
+    // Not UTF-8: the shaped text is lossy, the raw bytes are not.
+    assert_eq!(out.raw_stdout, b"from the caller\na\0\xffb");
+}
+
+#[tokio::test]
+async fn a_command_that_ignores_its_stdin_still_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut req = request(dir.path(), "exit 4");
+    // More than a pipe holds: the writer must not hold the call up.
+    req.stdin = Some(vec![b'x'; 1 << 20]);
+    let out = run_bounded(req).await;
+    assert_eq!(out.exit_code, Some(4));
+}
+
+#[tokio::test]
 async fn missing_cwd_is_an_error() {
     let err = run(request(Path::new("/no/such/dir/xyz"), "true"))
         .await

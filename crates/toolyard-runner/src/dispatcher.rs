@@ -11,9 +11,11 @@ use tokio_util::sync::CancellationToken;
 use toolyard_core::{
     Catalog, Lane, ProgressSink, ToolContext, ToolDefinition, ToolError, ToolResult, ToolSpec,
 };
+use toolyard_exec::policy::{CommandPolicy, PolicyConfig};
 use toolyard_tools::{Dialect, DialectTool, ToolEnv};
 
 use crate::hooks::{HookCall, Hooks};
+use crate::layers::{self, RUNS_COMMANDS};
 use crate::link::{CommandLink, RemoteConfig, RunnerLink, RunnerSpawn};
 use crate::protocol::Job;
 use crate::router::Router;
@@ -31,17 +33,7 @@ pub enum Mode {
     },
 }
 
-/// The engines that run shell commands: under [`Mode::Inline`] nothing confines them.
-const RUNS_COMMANDS: &[&str] = &[
-    "run_command",
-    "run_command_isolated",
-    "shell",
-    "build",
-    "test",
-    "validate",
-];
-
-/// Said in those tools' descriptions under [`Mode::Inline`].
+/// Said in the command tools' descriptions under [`Mode::Inline`].
 const INLINE_NOTE: &str = " NOT SANDBOXED: this server runs inline, so the command runs with \
      the user's full access to every file and to the network; no lane rule applies.";
 
@@ -119,7 +111,10 @@ impl CallRequest {
 /// Routes calls to tools: dialect names, profile filter, catalog limits, execution.
 pub struct Dispatcher {
     env: Arc<ToolEnv>,
+    /// The one table of served tools: name in the dialect → tool and catalog entry.
     tools: BTreeMap<String, DialectTool>,
+    /// The catalog's `[policy]`, for the command policy layer.
+    policy: CommandPolicy,
     config: DispatcherConfig,
     router: Option<Router>,
     hooks: Hooks,
@@ -158,11 +153,27 @@ impl Dispatcher {
             .catalog
             .profile(&config.profile)
             .map_err(ToolError::InvalidArguments)?;
-        let tools = toolyard_tools::dialect::tools(&env, config.dialect)?
-            .into_iter()
-            .filter(|t| allowed.iter().any(|a| a == t.engine))
-            .map(|t| (t.tool.name().to_string(), t))
-            .collect();
+        let tools: BTreeMap<String, DialectTool> =
+            toolyard_tools::dialect::tools(&env, config.dialect)?
+                .into_iter()
+                .filter(|t| allowed.iter().any(|a| a == t.engine))
+                .map(|t| (t.tool.name().to_string(), t))
+                .collect();
+        // Every schema compiles now (once per tool type), so validation cannot fail later.
+        for t in tools.values() {
+            t.tool.arg_validator().map_err(|e| {
+                ToolError::Io(format!(
+                    "internal: the input schema of `{}` does not compile: {e}",
+                    t.tool.name()
+                ))
+            })?;
+        }
+        let policy_config: PolicyConfig = config
+            .catalog
+            .section("policy")
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let policy = CommandPolicy::new(&policy_config)
+            .map_err(|e| ToolError::InvalidArguments(format!("catalog [policy]: {e}")))?;
         let hooks = Hooks::from_catalog(&config.catalog, env.workspace.root())?;
         let router = match &config.mode {
             Mode::Inline => None,
@@ -182,6 +193,7 @@ impl Dispatcher {
         Ok(Self {
             env,
             tools,
+            policy,
             config,
             router,
             hooks,
@@ -291,23 +303,17 @@ impl Dispatcher {
         self.router.as_ref()
     }
 
-    /// Run one call. Every failure, an unknown tool or a timeout included, is a result.
+    /// Run one call through the layers of [`crate::layers`], then the hooks around its
+    /// execution. Every failure, an unknown tool or a timeout included, is a result.
     pub async fn call(&self, req: CallRequest) -> ToolResult {
-        let Some(entry) = self.tools.get(&req.tool) else {
-            return toolyard_core::unknown_tool(&req.tool, &self.tool_names()).into();
+        let (entry, limit) = match self.admit(&req) {
+            Ok(admitted) => admitted,
+            Err(e) => return e.into(),
         };
-        // Known but unlisted: say what to configure rather than run it to fail.
-        if let Some(need) = entry.tool.needs() {
-            return ToolError::Unavailable(format!(
-                "`{}` is not set up, so it is not listed: {need}; then restart Toolyard",
-                req.tool
-            ))
-            .into();
-        }
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
         let call_id = format!("{}-{n}", std::process::id());
         if self.hooks.is_empty() {
-            return self.execute(entry, req, call_id).await;
+            return self.execute(entry, req, call_id, limit).await;
         }
         // The hooks are a layer around the call, for the inline and the router path alike.
         let call = HookCall {
@@ -320,8 +326,19 @@ impl Dispatcher {
         };
         let cancel = req.cancel.clone();
         self.hooks
-            .around(&call, &cancel, self.execute(entry, req, call_id))
+            .around(&call, &cancel, self.execute(entry, req, call_id, limit))
             .await
+    }
+
+    /// The layers before a call runs, in the order it meets them: the tool, its setup, its
+    /// arguments, its time limit, the command policy.
+    fn admit(&self, req: &CallRequest) -> Result<(&DialectTool, Duration), ToolError> {
+        let entry = layers::resolve(&self.tools, &req.tool)?;
+        layers::configured(entry, &req.tool)?;
+        layers::validate(entry, &req.args)?;
+        let limit = layers::time_limit(entry, &self.spec(entry.engine), &req.args)?;
+        layers::command_policy(&self.policy, entry, &req.args)?;
+        Ok((entry, limit))
     }
 
     /// Kill the background processes of `session` (its client disconnected), in every lane.
@@ -399,6 +416,7 @@ impl Dispatcher {
         router: &Router,
         req: CallRequest,
         call_id: String,
+        limit: Duration,
     ) -> ToolResult {
         let spec = self.spec("process_list");
         let mut rows: Vec<Value> = Vec::new();
@@ -411,7 +429,7 @@ impl Dispatcher {
                 dialect: self.config.dialect.to_string(),
                 tool: req.tool.clone(),
                 args: req.args.clone(),
-                timeout_ms: spec.timeout_ms,
+                timeout_ms: millis(limit),
                 max_timeout_ms: spec.max_timeout_ms,
                 max_output_bytes: spec.max_output_bytes,
             };
@@ -431,12 +449,19 @@ impl Dispatcher {
         ToolResult::ok(text).with_data(serde_json::json!({ "processes": rows }))
     }
 
-    /// Run one call in its lane's runner, or inline.
-    async fn execute(&self, entry: &DialectTool, req: CallRequest, call_id: String) -> ToolResult {
+    /// Run one admitted call (checked arguments, decided `limit`) in its lane's runner, or
+    /// in this process.
+    async fn execute(
+        &self,
+        entry: &DialectTool,
+        req: CallRequest,
+        call_id: String,
+        limit: Duration,
+    ) -> ToolResult {
         let mut spec = self.spec(entry.engine);
         if let Some(router) = &self.router {
             if entry.engine == "process_list" {
-                return self.list_everywhere(router, req, call_id).await;
+                return self.list_everywhere(router, req, call_id, limit).await;
             }
             if toolyard_tools::process::PROCESS_TOOLS.contains(&entry.engine) {
                 match self.process_lane(&req) {
@@ -461,7 +486,7 @@ impl Dispatcher {
                 dialect: self.config.dialect.to_string(),
                 tool: req.tool,
                 args: req.args,
-                timeout_ms: spec.timeout_ms,
+                timeout_ms: millis(limit),
                 max_timeout_ms: spec.max_timeout_ms,
                 max_output_bytes: spec.max_output_bytes,
             };
@@ -478,12 +503,13 @@ impl Dispatcher {
             call_id,
             cancel: req.cancel.clone(),
             progress: req.progress.unwrap_or_else(|| Arc::new(|_| {})),
-            timeout: spec.timeout(),
+            timeout: limit,
             max_timeout: Duration::from_millis(spec.max_timeout_ms),
             max_output_bytes: spec.max_output_bytes as usize,
         };
-        // Tools that take their own timeout enforce it; this bound catches any other hang.
-        let bound = ctx.max_timeout + Duration::from_secs(5);
+        // Tools run within `limit`; this backstop, past the longest wait a call may ask for,
+        // only catches a tool that hangs.
+        let bound = ctx.max_timeout.max(limit) + Duration::from_secs(5);
         let tool = entry.tool.clone();
         // File I/O, hashing and SQLite block: run the call on the blocking pool, so no async
         // thread (a ping, another session's call) ever waits behind it.
@@ -493,10 +519,12 @@ impl Dispatcher {
             // This worker hands its other tasks over and runs the call itself: one thread
             // hand-off fewer than the blocking pool.
             tokio::spawn(async move {
-                tokio::task::block_in_place(|| handle.block_on(tool.invoke(req.args, &ctx)))
+                tokio::task::block_in_place(|| handle.block_on(tool.invoke_checked(req.args, &ctx)))
             })
         } else {
-            tokio::task::spawn_blocking(move || handle.block_on(tool.invoke(req.args, &ctx)))
+            tokio::task::spawn_blocking(move || {
+                handle.block_on(tool.invoke_checked(req.args, &ctx))
+            })
         };
         tokio::select! {
             r = work => match r {
@@ -507,4 +535,9 @@ impl Dispatcher {
             _ = tokio::time::sleep(bound) => ToolError::Timeout { ms: bound.as_millis() as u64 }.into(),
         }
     }
+}
+
+/// `d` in whole milliseconds, for the job protocol.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

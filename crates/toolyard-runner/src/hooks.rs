@@ -13,7 +13,8 @@
 //!   "permissionDecisionReason"}}` (`ask` is a deny: there is nobody to ask). Exit 2 blocks a
 //!   pre-tool call with the hook's stderr as the error the model reads; after the call, exit 2
 //!   hands the stderr to the model as feedback. Any other exit, or a timeout (the hook's whole
-//!   process group is killed), is reported in the result and does not block.
+//!   process tree is killed), is reported in the result and does not block. Hooks and git run
+//!   through `toolyard_exec::run`, as commands do: its tree kill reaches what they start.
 //! - **post-tools**: after a mutating call (file tools, undo, artifacts, command tools; see
 //!   [`is_mutating`]), an optional command and the built-in `auto_commit`, which commits what
 //!   the call changed to git with a message naming the tool and the call id. File tools commit
@@ -37,22 +38,19 @@
 //! auto_commit = true
 //! ```
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::future::Future;
-use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Annotations, Catalog, ToolError, ToolResult};
+use toolyard_exec::{EnvPolicy, ExecConfig, ExecRequest};
 
 /// A command hook's time limit when its entry sets none (Claude Code's default, 60 s).
 pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 60_000;
@@ -85,6 +83,8 @@ pub const FILE_ENGINES: &[&str] = &[
 
 /// Bytes of a hook's stdout or stderr kept; the rest is read and dropped.
 const CAPTURE_LIMIT: usize = 64 * 1024;
+/// Bytes of git's stdout kept (a status of many paths); the rest is read and dropped.
+const GIT_OUTPUT_LIMIT: usize = 16 << 20;
 /// Characters of a hook's message shown in a result note.
 const NOTE_LIMIT: usize = 4000;
 
@@ -506,16 +506,30 @@ impl Hooks {
         event: &str,
         input: &[u8],
         cancel: Option<&CancellationToken>,
-    ) -> io::Result<ProcOutput> {
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(&hook.command)
-            .current_dir(&self.root)
-            .env("TOOLYARD_WORKSPACE", &self.root)
-            .env("TOOLYARD_HOOK_EVENT", event)
+    ) -> Result<ProcOutput, ToolError> {
+        let root = self.root.display().to_string();
+        let set = BTreeMap::from([
+            ("TOOLYARD_WORKSPACE".to_string(), root.clone()),
+            ("TOOLYARD_HOOK_EVENT".to_string(), event.to_string()),
             // Hooks written for Claude Code find their scripts through it.
-            .env("CLAUDE_PROJECT_DIR", &self.root);
-        run_process(cmd, input.to_vec(), hook.timeout, cancel).await
+            ("CLAUDE_PROJECT_DIR".to_string(), root),
+        ]);
+        // The user's own command, as their shell would run it: nothing scrubbed.
+        let env = EnvPolicy::from_config(&ExecConfig {
+            scrub: Some(Vec::new()),
+            keep: Vec::new(),
+            set,
+        });
+        let req = Run {
+            command: hook.command.clone(),
+            cwd: &self.root,
+            env,
+            input: input.to_vec(),
+            timeout: hook.timeout,
+            cancel,
+            stdout_limit: CAPTURE_LIMIT,
+        };
+        run_process(req).await
     }
 
     async fn run_pre(
@@ -542,7 +556,7 @@ impl Hooks {
             report.message = Some(timed_out_message(hook.timeout));
             return (report, PreVerdict::Allow);
         }
-        report.exit_code = out.status.and_then(|s| s.code());
+        report.exit_code = out.exit_code;
         let stderr = text(&out.stderr);
         match report.exit_code {
             Some(0) => match json_decision(&out.stdout) {
@@ -596,7 +610,7 @@ impl Hooks {
         if out.timed_out {
             return Some(report.status_msg(HookStatus::TimedOut, timed_out_message(hook.timeout)));
         }
-        report.exit_code = out.status.and_then(|s| s.code());
+        report.exit_code = out.exit_code;
         let stderr = text(&out.stderr);
         match report.exit_code {
             Some(0) => match json_decision(&out.stdout) {
@@ -926,7 +940,7 @@ fn text(bytes: &[u8]) -> String {
 
 fn timed_out_message(limit: Duration) -> String {
     format!(
-        "timed out after {} ms; its process group was killed",
+        "timed out after {} ms; its whole process tree was killed",
         limit.as_millis()
     )
 }
@@ -939,9 +953,9 @@ fn failure_message(out: &ProcOutput, stderr: String) -> String {
     if !stdout.is_empty() {
         return stdout;
     }
-    match out.status {
-        Some(s) if s.code().is_none() => format!("killed by a signal ({s})"),
-        _ => "no output".into(),
+    match &out.signal {
+        Some(sig) => format!("killed by signal {sig}"),
+        None => "no output".into(),
     }
 }
 
@@ -991,10 +1005,10 @@ impl Repo {
     /// Run `git args` in `cwd` with `stdin`; its stdout (bytes: paths may not be UTF-8), or an
     /// error naming the step.
     async fn run(&self, cwd: &Path, args: &[&str], stdin: Vec<u8>) -> Result<Vec<u8>, String> {
-        let mut cmd = Command::new("git");
         // Neither a hook nor an fsmonitor the repository names may run outside the sandbox;
         // nothing may prompt; pathspecs are paths, not patterns.
-        cmd.args([
+        let fixed = [
+            "git",
             "-c",
             "core.hooksPath=/dev/null",
             "-c",
@@ -1003,21 +1017,39 @@ impl Repo {
             "commit.gpgSign=false",
             "--no-optional-locks",
             "--literal-pathspecs",
-        ])
-        .args(args)
-        .current_dir(cwd)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_INDEX_FILE");
+        ];
+        let command = fixed
+            .iter()
+            .chain(args)
+            .map(|a| sh_quote(a))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let env = EnvPolicy::from_config(&ExecConfig {
+            scrub: Some(
+                ["GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            keep: Vec::new(),
+            set: BTreeMap::from([("GIT_TERMINAL_PROMPT".to_string(), "0".to_string())]),
+        });
         let step = args.first().copied().unwrap_or("git");
-        let out = run_process(cmd, stdin, self.timeout, None)
+        let req = Run {
+            command,
+            cwd,
+            env,
+            input: stdin,
+            timeout: self.timeout,
+            cancel: None,
+            stdout_limit: GIT_OUTPUT_LIMIT,
+        };
+        let out = run_process(req)
             .await
             .map_err(|e| format!("cannot run git: {e}"))?;
         if out.timed_out {
             return Err(format!("git {step} {}", timed_out_message(self.timeout)));
         }
-        if out.status.is_some_and(|s| s.success()) {
+        if out.exit_code == Some(0) {
             return Ok(out.stdout);
         }
         let why = text(&out.stderr);
@@ -1073,120 +1105,55 @@ impl Repo {
 
 /// How a process ended.
 struct ProcOutput {
-    status: Option<ExitStatus>,
+    exit_code: Option<i32>,
+    /// The signal that ended it, e.g. `SIGKILL`.
+    signal: Option<String>,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
     timed_out: bool,
     cancelled: bool,
 }
 
-/// Run `cmd` in its own process group with `input` on stdin and bounded capture; past
-/// `timeout` (or on `cancel`) the whole group is killed.
-async fn run_process(
-    mut cmd: Command,
+/// One hook or git process to run.
+struct Run<'a> {
+    /// The shell command line (`sh -c`).
+    command: String,
+    cwd: &'a Path,
+    env: EnvPolicy,
+    /// Written to its stdin (empty: stdin is /dev/null).
     input: Vec<u8>,
     timeout: Duration,
-    cancel: Option<&CancellationToken>,
-) -> io::Result<ProcOutput> {
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = cmd.spawn()?;
-    let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-    let stdin = child.stdin.take();
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    enum End {
-        Done(Vec<u8>, Vec<u8>, io::Result<ExitStatus>),
-        TimedOut,
-        Cancelled,
-    }
-    let end = {
-        let write = async move {
-            if let Some(mut s) = stdin {
-                // A hook need not read its input: a closed pipe is not an error.
-                let _ = s.write_all(&input).await;
-                let _ = s.shutdown().await;
-            }
-        };
-        // Wait for the pipes to close as well as for the exit: output a background child
-        // still writes belongs to the hook, and a hook that leaves one running is timed out.
-        let work = async {
-            let ((), o, e, st) = tokio::join!(
-                write,
-                read_capped(stdout),
-                read_capped(stderr),
-                child.wait()
-            );
-            End::Done(o, e, st)
-        };
-        let cancelled = async {
-            match cancel {
-                Some(c) => c.cancelled().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            end = work => end,
-            _ = tokio::time::sleep(timeout) => End::TimedOut,
-            _ = cancelled => End::Cancelled,
-        }
-    };
-    match end {
-        End::Done(stdout, stderr, status) => Ok(ProcOutput {
-            status: Some(status?),
-            stdout,
-            stderr,
-            timed_out: false,
-            cancelled: false,
-        }),
-        End::TimedOut | End::Cancelled => {
-            if let Some(pgid) = pgid {
-                kill_group(pgid);
-            }
-            let status = child.wait().await.ok();
-            Ok(ProcOutput {
-                status,
-                stdout: Vec::new(),
-                stderr: Vec::new(),
-                timed_out: matches!(end, End::TimedOut),
-                cancelled: matches!(end, End::Cancelled),
-            })
-        }
-    }
+    cancel: Option<&'a CancellationToken>,
+    /// Bytes of stdout kept exactly.
+    stdout_limit: usize,
 }
 
-fn kill_group(pgid: i32) {
-    if pgid <= 0 {
-        return;
+/// Run `run.command` through `toolyard_exec::run`, as commands are run: past its time limit
+/// (or on cancel) its whole process tree is killed, `setsid` descendants included.
+async fn run_process(run: Run<'_>) -> Result<ProcOutput, ToolError> {
+    let mut req = ExecRequest::new(run.command, run.cwd);
+    req.timeout = run.timeout;
+    req.env = run.env;
+    req.max_output_bytes = 2 * CAPTURE_LIMIT;
+    req.raw_stdout_limit = run.stdout_limit;
+    req.stdin = (!run.input.is_empty()).then_some(run.input);
+    if let Some(c) = run.cancel {
+        req.cancel = c.child_token();
     }
-    // SAFETY: killpg only sends a signal; `pgid` is the group our own child leads
-    // (process_group(0)), which exists until its last member is reaped.
-    let rc = unsafe { libc::killpg(pgid, libc::SIGKILL) };
-    if rc != 0 {
-        tracing::debug!(pgid, error = %io::Error::last_os_error(), "killpg of a hook's group failed");
-    }
+    let out = toolyard_exec::run(req).await?;
+    Ok(ProcOutput {
+        exit_code: out.exit_code,
+        signal: out.signal,
+        stdout: out.raw_stdout,
+        stderr: out.stderr.into_bytes(),
+        timed_out: out.timed_out,
+        cancelled: out.cancelled,
+    })
 }
 
-/// Read `r` to its end, keeping the first [`CAPTURE_LIMIT`] bytes.
-async fn read_capped(r: Option<impl AsyncRead + Unpin>) -> Vec<u8> {
-    let Some(mut r) = r else {
-        return Vec::new();
-    };
-    let mut kept = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let room = CAPTURE_LIMIT.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
-    }
-    kept
+/// `s` as one word for `sh`.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 #[cfg(test)]
@@ -1347,6 +1314,65 @@ mod tests {
         let reports = &r.data.as_ref().unwrap()["hooks"];
         assert_eq!(reports[0]["status"], "failed");
         assert_eq!(reports[1]["status"], "timed_out");
+    }
+
+    /// Live (non-zombie) processes whose command line is `sleep <token>`.
+    fn sleepers(token: &str) -> Vec<u32> {
+        let needle = format!("sleep\0{token}\0");
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            let zombie = std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            });
+            if !zombie && cmdline.ends_with(needle.as_bytes()) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    #[test]
+    fn a_hook_that_times_out_leaves_no_background_child_behind() {
+        let t = tempfile::tempdir().unwrap();
+        // Numbers no other test uses, to find these sleeps in /proc.
+        let plain = format!("{}1", 100_000 + std::process::id());
+        let escaped = format!("{}2", 100_000 + std::process::id());
+        // One child stays in the hook's process group, one leaves it with setsid.
+        let h = hooks(
+            &format!(
+                "[[hooks.pre_tool]]\ncommand = \"sleep {plain} & setsid sleep {escaped} & sleep 30\"\ntimeout_ms = 500\n"
+            ),
+            t.path(),
+        );
+        let r = rt().block_on(h.around(
+            &call("read_file", "read_file"),
+            &CancellationToken::new(),
+            async { ToolResult::ok("content") },
+        ));
+        assert!(r.success, "a timed-out pre-hook does not block");
+        assert_eq!(r.data.as_ref().unwrap()["hooks"][0]["status"], "timed_out");
+        // The kill is asynchronous to the reaping of orphans: allow it a bounded moment.
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        let left = loop {
+            let left = [sleepers(&plain), sleepers(&escaped)].concat();
+            if left.is_empty() || std::time::Instant::now() > until {
+                break left;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for pid in &left {
+            // SAFETY: a signal to a process this test started.
+            unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+        }
+        assert!(left.is_empty(), "the hook's children survived: {left:?}");
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! # toolyard-runner
 //!
 //! The layers every call passes through, whatever door it came in by (MCP, CLI, Rust):
-//! the [`Dispatcher`] (dialect and profile, argument validation, hooks), then the router that
-//! sends the call to the runner of its catalog lane, or runs it in process (`inline`).
+//! the [`Dispatcher`] applies them in order (the tool, its setup, argument validation, the time
+//! limit, the command policy: see `layers.rs`), then the hooks around the execution, which the
+//! router sends to the runner of the call's catalog lane, or runs in process.
 
 mod check;
 mod dispatcher;
 pub mod hooks;
+mod layers;
 pub mod link;
 pub mod process;
 pub mod protocol;

@@ -687,7 +687,9 @@ async fn run_job(
         max_output_bytes: job.max_output_bytes as usize,
     };
     tokio::select! {
-        r = tool.invoke(job.args, &ctx) => r.into(),
+        // The dispatcher checked the arguments and decided `timeout_ms`; a bad argument is
+        // still an error result here, never a crash.
+        r = tool.invoke_checked(job.args, &ctx) => r.into(),
         // A tool that ignores its token still ends here; command tools kill their tree first.
         _ = async { cancel.cancelled().await; tokio::time::sleep(Duration::from_secs(3)).await } => {
             ToolError::Cancelled.into()

@@ -115,9 +115,9 @@ pub struct Job {
     pub tool: String,
     /// The arguments.
     pub args: Value,
-    /// Default time budget.
+    /// The call's time limit, decided once by the dispatcher (`layers::time_limit`).
     pub timeout_ms: u64,
-    /// Ceiling for a tool's own timeout argument.
+    /// The catalog's ceiling, for waits a call asks for (a yield, a read).
     pub max_timeout_ms: u64,
     /// Output limit.
     pub max_output_bytes: u64,

@@ -66,6 +66,17 @@ pub struct ProjectCommandArgs {
     pub timeout_ms: Option<u64>,
 }
 
+/// Refuse `command` if `policy` blocks it, naming the rule and why.
+pub fn check_policy(policy: &CommandPolicy, command: &str) -> Result<(), ToolError> {
+    match policy.check(command) {
+        Decision::Block { rule, reason } => Err(ToolError::Blocked {
+            rule: format!("command policy rule `{rule}`"),
+            reason,
+        }),
+        Decision::Allow => Ok(()),
+    }
+}
+
 /// Everything the command tools share: the policy, the environment policy, project commands.
 pub struct CommandEnv {
     pub(crate) env: Arc<ToolEnv>,
@@ -107,7 +118,9 @@ impl CommandEnv {
         })
     }
 
-    /// Check `command` against the policy and run it in `cwd` (workspace-relative).
+    /// Check `command` against the policy and run it in `cwd` (workspace-relative), within the
+    /// call's time limit (`ctx.timeout`) or, for a dialect whose own argument sets one (loom's
+    /// `timeout` in seconds, range-checked by its schema), within `timeout_ms`.
     pub async fn run(
         &self,
         ctx: &ToolContext,
@@ -130,7 +143,10 @@ impl CommandEnv {
     ) -> Result<ExecOutcome, ToolError> {
         let dir = self.admit(ctx, command, cwd)?;
         let mut req = ExecRequest::new(command, dir);
-        req.timeout = ctx.budget(timeout_ms);
+        // The dispatcher's layer decided the call's limit (`time_limit`); nothing is clamped here.
+        req.timeout = timeout_ms
+            .map(std::time::Duration::from_millis)
+            .unwrap_or(ctx.timeout);
         req.max_output_bytes = ctx.max_output_bytes;
         req.env = self.env_policy.clone();
         req.spill_dir = Some(self.env.state.outputs_dir());
@@ -189,12 +205,10 @@ impl CommandEnv {
                 "command is empty; give a shell command to run".into(),
             ));
         }
-        if let Decision::Block { rule, reason } = self.policy.check(command) {
-            return Err(ToolError::Blocked {
-                rule: format!("command policy rule `{rule}`"),
-                reason,
-            });
-        }
+        // Checked here too, where the command runs: the dispatcher's policy layer refuses
+        // earlier, but this runner is the boundary, and sees every command (a project's
+        // default one, a dialect's own shape) the dispatcher cannot.
+        check_policy(&self.policy, command)?;
         let ws = &self.env.workspace;
         let dir = match cwd {
             Some(c) => ws.locate(c, &ctx.cwd)?,
@@ -348,7 +362,7 @@ impl TypedTool for RunCommand {
             return crate::process::run_started(&self.commands, ctx, args).await;
         }
         self.commands
-            .run(ctx, &args.command, args.cwd.as_deref(), args.timeout_ms)
+            .run(ctx, &args.command, args.cwd.as_deref(), None)
             .await
     }
 }
@@ -394,9 +408,7 @@ impl TypedTool for ProjectCommand {
             Some(c) => c,
             None => self.commands.project_command(self.name)?,
         };
-        self.commands
-            .run(ctx, &command, None, args.timeout_ms)
-            .await
+        self.commands.run(ctx, &command, None, None).await
     }
 }
 

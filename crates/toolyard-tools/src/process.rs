@@ -673,7 +673,7 @@ impl TypedTool for ShellTool {
         let before = tokio::task::spawn_blocking(move || protected.snapshot())
             .await
             .map_err(|e| ToolError::Io(format!("checking the protected paths: {e}")))?;
-        let result = run_in_shell(&sh, &command, ctx, args.timeout_ms, note).await;
+        let result = run_in_shell(&sh, &command, ctx, note).await;
         let quarantine = self.commands.env.state.quarantine_dir();
         let undone = tokio::task::spawn_blocking(move || before.restore(&quarantine))
             .await
@@ -697,7 +697,6 @@ async fn run_in_shell(
     sh: &BgProcess,
     command: &str,
     ctx: &ToolContext,
-    timeout_ms: Option<u64>,
     note: Option<String>,
 ) -> Result<ToolResult, ToolError> {
     let _ = sh.take();
@@ -705,7 +704,8 @@ async fn run_in_shell(
     let script =
         format!("{{ {command}\n}} </dev/null 2>&1\nprintf '\\n%s %d\\n' '{marker}' \"$?\"\n");
     sh.write(script.as_bytes()).await?;
-    let timeout = ctx.budget(timeout_ms);
+    // The call's limit, decided by the dispatcher's layer (its `timeout_ms` included).
+    let timeout = ctx.timeout;
     let deadline = tokio::time::Instant::now() + timeout;
     let mut out = HeadTail::new(ctx.max_output_bytes);
     let mut recent: Vec<u8> = Vec::new();

@@ -2,7 +2,7 @@
 //! its message, a JSON reply can deny, a failing or slow hook is reported without blocking, and
 //! auto-commit makes one git commit per mutating call with exactly the files it changed.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
@@ -204,13 +204,38 @@ command = "echo 'line 1: use tabs' >&2; exit 2"
     assert_eq!(v["files_changed"], json!(["a.txt"]));
 }
 
+/// Live (non-zombie) processes whose command line is `sleep <token>`. A pid the hook wrote
+/// down would not do: hooks run in a PID namespace of their own where tree kill allows it.
+fn sleepers(token: &str) -> Vec<String> {
+    let needle = format!("sleep\0{token}\0");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let zombie = std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        });
+        if !zombie && cmdline.ends_with(needle.as_bytes()) {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
 #[test]
 fn a_hook_past_its_timeout_is_killed_with_its_whole_group_and_reported() {
-    let e = env(r#"
+    // A number no other test uses, to find this sleep in /proc.
+    let token = format!("{}7", 600_000 + std::process::id());
+    let e = env(&format!(
+        r#"
 [[hooks.pre_tool]]
-command = "sleep 600 & echo $! > ../bg.pid; wait"
+command = "sleep {token} & wait"
 timeout_ms = 500
-"#);
+"#
+    ));
     let v = e.ok("write_file", json!({"path": "a.txt", "content": "x\n"}));
     assert_eq!(
         e.file("a.txt"),
@@ -219,13 +244,20 @@ timeout_ms = 500
     );
     assert!(v["output"].as_str().unwrap().contains("timed out"), "{v}");
     assert_eq!(hooks_of(&v)[0]["status"], "timed_out");
-    let pid = std::fs::read_to_string(e.base.join("bg.pid")).unwrap();
-    let stat = Path::new("/proc").join(pid.trim()).join("stat");
-    // The background child was killed with the group (gone, or a zombie awaiting its reaper).
-    let alive = std::fs::read_to_string(&stat)
-        .map(|s| !s.contains(") Z "))
-        .unwrap_or(false);
-    assert!(!alive, "the hook's background child survived: {stat:?}");
+    // The background child was killed with the hook's tree (a zombie awaiting its reaper
+    // counts as gone); the kill may take a moment to be seen.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let left = loop {
+        let left = sleepers(&token);
+        if left.is_empty() || std::time::Instant::now() > until {
+            break left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(
+        left.is_empty(),
+        "the hook's background child survived: {left:?}"
+    );
 }
 
 #[test]

@@ -316,7 +316,7 @@ where
     T: Send + 'static,
     F: FnOnce(&CancellationToken) -> Result<T, ToolError> + Send + 'static,
 {
-    let limit = ctx.budget(None);
+    let limit = ctx.timeout;
     let stop = ctx.cancel.child_token();
     let _stop_when_dropped = stop.clone().drop_guard();
     let timer = if limit.is_zero() {
