@@ -12,10 +12,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use toolyard_core::{ToolContext, ToolError};
-use toolyard_workspace::{ChangeFilter, ChangeId, ChangeStatus, Expect, RelPath, hash_bytes};
+use toolyard_workspace::{ChangeId, Expect, RelPath, hash_bytes};
 
 use crate::ToolEnv;
-use crate::files::commit_write;
+use crate::files::commit_write_in;
 
 const BEGIN: &str = "*** Begin Patch";
 const END: &str = "*** End Patch";
@@ -776,16 +776,18 @@ pub fn plan(env: &ToolEnv, cwd: &Path, hunks: &[Hunk]) -> Result<Plan, ToolError
     })
 }
 
-/// Journal, then remove `rel` if it still has content `hash`.
+/// Journal (joining `group`), then remove `rel` if it still has content `hash`; returns the
+/// change's id.
 async fn commit_remove(
     env: &ToolEnv,
     ctx: &ToolContext,
     rel: &RelPath,
     hash: &str,
-) -> Result<(), ToolError> {
+    group: Option<i64>,
+) -> Result<i64, ToolError> {
     let change = env
         .records
-        .journal_begin_removal(&ctx.session_id, &ctx.call_id, TOOL, rel)
+        .journal_begin_removal(&ctx.session_id, &ctx.call_id, TOOL, rel, group)
         .await?;
     let removed = match env.workspace.hash_of(rel) {
         Ok(Some(h)) if h == hash => env.workspace.remove_file(rel),
@@ -797,68 +799,54 @@ async fn commit_remove(
     if let Err(mark) = env.records.journal_end(change, removed.is_ok()).await {
         tracing::warn!(%mark, "could not settle a removal in the journal");
     }
-    removed
+    removed.map(|()| change)
 }
 
-/// The newest change in the journal before this call wrote anything: a rollback undoes only
-/// what comes after it (call ids alone can repeat across processes).
-fn journal_floor(env: &ToolEnv) -> Option<ChangeId> {
-    let local = env.local.as_ref()?;
-    let newest = local.journal.list(&ChangeFilter {
-        limit: Some(1),
-        ..ChangeFilter::default()
-    });
-    newest.ok()?.first().map(|c| c.id)
-}
-
-/// Undo this call's changes newer than `floor`, newest first; returns the paths that could not
-/// be restored.
-fn roll_back(env: &ToolEnv, ctx: &ToolContext, floor: Option<ChangeId>) -> Vec<String> {
+/// Undo the changes this call made so far (the journal group of its first change `first`);
+/// returns why they could not be, if so.
+fn roll_back(env: &ToolEnv, ctx: &ToolContext, first: i64) -> Option<String> {
     let Some(local) = &env.local else {
-        return vec!["(no journal in this process)".into()];
+        return Some("no journal in this process".into());
     };
-    let changes = match local.journal.list(&ChangeFilter {
-        session: Some(ctx.session_id.clone()),
-        limit: Some(10_000),
-        ..ChangeFilter::default()
-    }) {
-        Ok(c) => c,
-        Err(e) => return vec![format!("(journal unreadable: {e})")],
-    };
-    let mut left = Vec::new();
-    for c in changes.into_iter().filter(|c| {
-        Some(c.id) > floor
-            && c.call_id == ctx.call_id
-            && c.tool == TOOL
-            && c.status == ChangeStatus::Done
-            && c.undone_by.is_none()
-    }) {
-        if let Err(e) =
-            local
-                .journal
-                .undo(&env.workspace, c.id, &ctx.session_id, &ctx.call_id, false)
-        {
-            tracing::warn!(change = %c.id, error = %e, "could not roll back a patch's change");
-            left.push(c.path);
+    match local.journal.undo_group(
+        &env.workspace,
+        ChangeId(first),
+        &ctx.session_id,
+        &ctx.call_id,
+        false,
+    ) {
+        Ok(undone) => {
+            for out in undone {
+                let rel = RelPath::from_normalized(&out.path);
+                local.set_view(&ctx.session_id, &rel, out.new_hash.as_deref());
+            }
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not roll back a patch's changes");
+            Some(e.to_string())
         }
     }
-    left
 }
 
-/// Write every file of `plan` (journaled, each under a compare-and-swap on the content the plan
-/// saw), then remove the files it deletes. If one fails, the ones already changed are restored
-/// from the journal. Returns the workspace-relative paths changed.
+/// Write every file of `plan` (each under a compare-and-swap on the content the plan saw),
+/// then remove the files it deletes, all journaled as one group (one undo reverts the whole
+/// patch). If one fails, the ones already changed are restored from the journal. Returns the
+/// workspace-relative paths changed.
 pub async fn apply(
     env: &ToolEnv,
     ctx: &ToolContext,
     plan: &Plan,
 ) -> Result<Vec<String>, ToolError> {
-    let floor = journal_floor(env);
+    let mut group: Option<i64> = None;
     let mut changed = Vec::new();
     let mut failure = None;
     for (rel, bytes, expect) in &plan.writes {
-        match commit_write(env, ctx, TOOL, rel, bytes, expect).await {
-            Ok(out) => changed.push(out.path.to_string()),
+        match commit_write_in(env, ctx, TOOL, rel, bytes, expect, group).await {
+            Ok((out, id)) => {
+                group.get_or_insert(id);
+                changed.push(out.path.to_string());
+            }
             Err(e) => {
                 failure = Some((rel.clone(), e));
                 break;
@@ -867,8 +855,11 @@ pub async fn apply(
     }
     if failure.is_none() {
         for (rel, hash) in &plan.removals {
-            match commit_remove(env, ctx, rel, hash).await {
-                Ok(()) => changed.push(rel.to_string()),
+            match commit_remove(env, ctx, rel, hash, group).await {
+                Ok(id) => {
+                    group.get_or_insert(id);
+                    changed.push(rel.to_string());
+                }
                 Err(e) => {
                     failure = Some((rel.clone(), e));
                     break;
@@ -879,17 +870,16 @@ pub async fn apply(
     let Some((rel, e)) = failure else {
         return Ok(changed);
     };
-    if changed.is_empty() {
+    let Some(first) = group.filter(|_| !changed.is_empty()) else {
         return Err(e);
-    }
-    let left = roll_back(env, ctx, floor);
-    let outcome = if left.is_empty() {
-        "The files it had already changed were restored, so the workspace is as before".to_string()
-    } else {
-        format!(
-            "Restoring the files it had already changed failed for {}; see `toolyard log`",
-            left.join(", ")
-        )
+    };
+    let outcome = match roll_back(env, ctx, first) {
+        None => "The files it had already changed were restored, so the workspace is as before"
+            .to_string(),
+        Some(why) => format!(
+            "Restoring the files it had already changed ({}) failed: {why}; see `toolyard log`",
+            changed.join(", ")
+        ),
     };
     Err(ToolError::Conflict(format!(
         "apply_patch stopped at {rel}: {e}. {outcome}. Check the file's current content and \

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, mpsc};
 
 use async_trait::async_trait;
 use toolyard_core::ToolError;
-use toolyard_workspace::{Journal, Ledger, NewChange, RelPath, Workspace};
+use toolyard_workspace::{ChangeId, Journal, Ledger, NewChange, RelPath, Workspace};
 
 /// What the file tools record per session: reads, writes, and journal entries.
 #[async_trait]
@@ -43,14 +43,36 @@ pub trait Records: Send + Sync {
     ) -> Result<i64, ToolError>;
     /// The journaled change landed (`done`) or did not happen.
     async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError>;
-    /// Journal the content of `path` before it is removed; returns the change id. Only the
-    /// server keeps the journal's removals: elsewhere this is refused.
+    /// Like [`Records::journal_begin`], the change joining the group of change `group` (the
+    /// first change of the same call), so they are undone together. Only the server keeps
+    /// groups: elsewhere a change that joins one is refused.
+    async fn journal_begin_grouped(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+        new_hash: &str,
+        group: Option<i64>,
+    ) -> Result<i64, ToolError> {
+        if group.is_some() {
+            return Err(ToolError::Unavailable(format!(
+                "cannot change {path} here: a call that changes several files is journaled only in the server process"
+            )));
+        }
+        self.journal_begin(session, call_id, tool, path, new_hash)
+            .await
+    }
+    /// Journal the content of `path` before it is removed, joining `group` as in
+    /// [`Records::journal_begin_grouped`]; returns the change id. Only the server keeps the
+    /// journal's removals: elsewhere this is refused.
     async fn journal_begin_removal(
         &self,
         _session: &str,
         _call_id: &str,
         _tool: &str,
         path: &RelPath,
+        _group: Option<i64>,
     ) -> Result<i64, ToolError> {
         Err(ToolError::Unavailable(format!(
             "cannot remove {path} here: file removals are journaled only in the server process"
@@ -215,6 +237,19 @@ impl Records for LocalRecords {
         path: &RelPath,
         new_hash: &str,
     ) -> Result<i64, ToolError> {
+        self.journal_begin_grouped(session, call_id, tool, path, new_hash, None)
+            .await
+    }
+
+    async fn journal_begin_grouped(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+        new_hash: &str,
+        group: Option<i64>,
+    ) -> Result<i64, ToolError> {
         let id = self.journal.record(
             &self.workspace,
             NewChange {
@@ -223,6 +258,7 @@ impl Records for LocalRecords {
                 tool,
                 path,
                 new_hash,
+                group: group.map(ChangeId),
             },
         )?;
         Ok(id.0)
@@ -234,10 +270,16 @@ impl Records for LocalRecords {
         call_id: &str,
         tool: &str,
         path: &RelPath,
+        group: Option<i64>,
     ) -> Result<i64, ToolError> {
-        let id = self
-            .journal
-            .record_removal(&self.workspace, session, call_id, tool, path)?;
+        let id = self.journal.record_removal(
+            &self.workspace,
+            session,
+            call_id,
+            tool,
+            path,
+            group.map(ChangeId),
+        )?;
         Ok(id.0)
     }
 
