@@ -15,7 +15,7 @@ use toolyard_core::{ToolContext, ToolError};
 use toolyard_workspace::{ChangeId, Expect, RelPath, hash_bytes};
 
 use crate::ToolEnv;
-use crate::files::commit_write_in;
+use crate::files::{commit_write_in, nearest_windows, reindent_like};
 
 const BEGIN: &str = "*** Begin Patch";
 const END: &str = "*** End Patch";
@@ -393,40 +393,36 @@ fn numbered(lines: &[String], first: usize, count: usize) -> String {
         .collect()
 }
 
-/// The window of the file most like `pattern`, numbered, for a "not found" error.
+/// The windows of the file most like `pattern` (up to three), numbered, for a "not found" error.
 fn nearest(path: &str, lines: &[String], pattern: &[String]) -> String {
     if lines.is_empty() {
         return format!("{path} is empty.");
     }
-    let probe: Vec<&str> = pattern.iter().take(8).map(|p| p.trim()).collect();
-    let span = pattern.len().clamp(1, 12);
-    let windows = lines.len().saturating_sub(probe.len()) + 1;
-    let mut best = (0.0f64, 0usize);
-    for i in 0..windows.min(50_000) {
-        let score: f64 = probe
-            .iter()
-            .zip(&lines[i..])
-            .filter(|(_, l)| l.len() <= 1000)
-            .map(|(p, l)| strsim::normalized_levenshtein(p, l.trim()))
-            .sum::<f64>()
-            / probe.len().max(1) as f64;
-        if score > best.0 {
-            best = (score, i);
-        }
-    }
-    if best.0 < 0.3 {
+    let file: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let old: Vec<&str> = pattern.iter().map(String::as_str).collect();
+    let found = nearest_windows(&file, &old, 3);
+    let Some(&(first, last)) = found.first() else {
         return format!(
             "No lines of {path} look like them. Its first lines are:\n{}",
-            numbered(lines, 0, span.max(5))
+            numbered(lines, 0, pattern.len().clamp(5, 12))
         );
-    }
-    let end = (best.1 + span).min(lines.len());
-    let which = if end == best.1 + 1 {
-        format!("The nearest line in {path} is line {end}")
-    } else {
-        format!("The nearest lines in {path} are {}-{end}", best.1 + 1)
     };
-    format!("{which}:\n{}", numbered(lines, best.1, span))
+    let show = |first: usize, last: usize| numbered(lines, first, (last - first + 1).min(12));
+    let mut out = if first == last {
+        format!("The nearest line in {path} is line {}:\n", first + 1)
+    } else {
+        format!(
+            "The nearest lines in {path} are {}-{}:\n",
+            first + 1,
+            last + 1
+        )
+    };
+    out.push_str(&show(first, last));
+    for &(f, l) in &found[1..] {
+        out.push_str(&format!("Also like them, lines {}-{}:\n", f + 1, l + 1));
+        out.push_str(&show(f, l));
+    }
+    out
 }
 
 fn ambiguous(path: &str, what: &str, shown: &str, pass: Pass, hits: &[usize]) -> ToolError {
@@ -511,7 +507,27 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Stri
         }
         match found {
             Seek::At(i) => {
-                replacements.push((i, old.len(), new.to_vec()));
+                // Matched ignoring leading whitespace with one uniform offset: the new lines
+                // were written with the same offset, so they take the file's indentation.
+                let file: Vec<&str> = lines[i..i + old.len()].iter().map(String::as_str).collect();
+                let old_s: Vec<&str> = old.iter().map(String::as_str).collect();
+                let new = match reindent_like(&file, &old_s, new) {
+                    Ok(shifted) => shifted.unwrap_or_else(|| new.to_vec()),
+                    Err(()) => {
+                        return Err(ToolError::Conflict(format!(
+                            "Failed to find expected lines in {path}:\n{}\n\nLines {}-{} have \
+                             the same text but lines of only brackets differ in indentation, \
+                             and by different amounts, so they may not be the lines meant (a \
+                             line may be missing). {}Copy the context and - lines exactly from the current \
+                             file.",
+                            chunk.old_lines.join("\n"),
+                            i + 1,
+                            i + old.len(),
+                            nearest(path, &lines, &chunk.old_lines)
+                        )));
+                    }
+                };
+                replacements.push((i, old.len(), new));
                 cursor = i + old.len();
             }
             Seek::Ambiguous(pass, hits) => {

@@ -20,7 +20,7 @@ use toolyard_workspace::{ChangeFilter, ChangeStatus, Expect, RelPath, hash_bytes
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
-use crate::files::{apply_edit, commit_write, expect_for_write, read_tracked};
+use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
 
 /// Lines of context around an edit in the snippet shown after it (the reference's
 /// `SNIPPET_LINES`).
@@ -458,12 +458,10 @@ impl TextEditor {
         if reps.len() > 1 {
             // Lines in the original: each earlier replacement shifted later ones by the
             // difference in line count.
-            let delta = new.matches('\n').count() as i64 - old.matches('\n').count() as i64;
-            let lines: Vec<String> = reps
+            let lines: Vec<String> = lines_before(&reps, old, new)
                 .iter()
-                .enumerate()
                 .take(20)
-                .map(|(k, r)| (r.line as i64 - k as i64 * delta).to_string())
+                .map(usize::to_string)
                 .collect();
             return Err(said(
                 "conflict",

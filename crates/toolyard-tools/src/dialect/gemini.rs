@@ -20,7 +20,7 @@ use toolyard_workspace::{Expect, hash_bytes};
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
-use crate::files::{apply_edit, commit_write, expect_for_write, read_tracked};
+use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
 use crate::search::{GlobQuery, PathGlob};
 
 /// The first of the names a model may have used for one argument, or an error naming them.
@@ -370,9 +370,15 @@ impl TypedTool for Replace {
         let allow_multiple = a.allow_multiple.unwrap_or(false);
         let expected = a.expected_replacements.unwrap_or(1);
         if !allow_multiple && found != expected {
+            let at = lines_before(&reps, &a.old_string, &a.new_string)
+                .iter()
+                .take(20)
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
             let text = if expected == 1 {
                 format!(
-                    "Failed to edit, Expected 1 occurrence but found {found} for old_string in file: {shown}. If you intended to replace multiple occurrences, set 'allow_multiple' to true (or expected_replacements to {found})."
+                    "Failed to edit, Expected 1 occurrence but found {found} for old_string in file: {shown}. If you intended to replace multiple occurrences, set 'allow_multiple' to true (or expected_replacements to {found}). To change one, add surrounding lines to old_string to make it unique: the occurrences start at lines {at}."
                 )
             } else {
                 format!(

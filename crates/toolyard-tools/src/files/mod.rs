@@ -16,7 +16,8 @@ use toolyard_workspace::{Expect, RelPath, WriteOutcome, hash_bytes};
 
 use crate::ToolEnv;
 
-pub use edit::{EditFile, EditFileArgs, Replacement, apply_edit};
+pub use edit::{EditFile, EditFileArgs, Replacement, apply_edit, lines_before};
+pub(crate) use edit::{nearest_windows, reindent_like};
 pub use read::{ReadFile, ReadFileArgs, read_window};
 pub use write::{WriteFile, WriteFileArgs};
 
