@@ -370,3 +370,94 @@ async fn text_still_reads_as_numbered_lines() {
         "     1|first line of text\n     2|second\n"
     );
 }
+
+/// `dialect`'s `read_file` over the fixture's workspace.
+async fn dialect_read(
+    f: &Fixture,
+    dialect: toolyard_tools::dialect::Dialect,
+    args: Value,
+) -> ToolResult {
+    let tools = toolyard_tools::dialect::tools(&f.env, dialect).expect("tools");
+    let read = tools
+        .iter()
+        .find(|t| t.tool.name() == "read_file")
+        .expect("read_file");
+    assert!(
+        read.tool.returns_images(),
+        "{dialect} read_file declares images"
+    );
+    let ctx = ToolContext::new(f.env.workspace.root(), "read-media-test");
+    ToolResult::from(read.tool.invoke(args, &ctx).await)
+}
+
+#[tokio::test]
+async fn loom_and_loom_py_read_images_pdfs_and_notebooks_through_the_engine() {
+    use toolyard_tools::dialect::Dialect;
+    let f = Fixture::new();
+    f.write("dot.png", &png());
+    f.write("two.pdf", &pdf(2));
+    let nb = json!({
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+        "cells": [{"cell_type": "code", "execution_count": 1, "metadata": {},
+                   "source": "print('hi')",
+                   "outputs": [{"output_type": "stream", "name": "stdout", "text": "hi\n"}]}]
+    });
+    f.write("n.ipynb", nb.to_string().as_bytes());
+
+    // loom: its {path, contents, truncated} shape, the image block beside it.
+    let r = dialect_read(&f, Dialect::Loom, json!({"path": "dot.png"})).await;
+    assert!(r.success, "{}", r.output);
+    assert_eq!(r.images.len(), 1);
+    assert_eq!(r.images[0].data, PNG_1X1);
+    let data = r.data.clone().unwrap();
+    assert!(
+        data["contents"]
+            .as_str()
+            .unwrap()
+            .contains("PNG, 1x1 pixels"),
+        "{data}"
+    );
+    assert_eq!(data["truncated"], false);
+    let r = dialect_read(&f, Dialect::Loom, json!({"path": "two.pdf"})).await;
+    let contents = r.data.clone().unwrap()["contents"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(contents.contains("This is page 2"), "{contents}");
+    let r = dialect_read(&f, Dialect::Loom, json!({"path": "n.ipynb"})).await;
+    let contents = r.data.clone().unwrap()["contents"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        contents.contains("print('hi')") && contents.contains("hi"),
+        "{contents}"
+    );
+
+    // loom-py: text and data as the engine gives them.
+    let r = dialect_read(&f, Dialect::LoomPy, json!({"path": "dot.png"})).await;
+    assert!(r.success, "{}", r.output);
+    assert_eq!(r.images.len(), 1);
+    assert_eq!(r.data.clone().unwrap()["kind"], "image");
+    let r = dialect_read(&f, Dialect::LoomPy, json!({"path": "two.pdf"})).await;
+    assert!(r.output.contains("This is page 1"), "{}", r.output);
+    let r = dialect_read(&f, Dialect::LoomPy, json!({"path": "n.ipynb"})).await;
+    assert!(r.output.contains("print('hi')"), "{}", r.output);
+    let r = dialect_read(
+        &f,
+        Dialect::LoomPy,
+        json!({"path": "two.pdf", "line_range": [1, 2]}),
+    )
+    .await;
+    assert!(
+        !r.success && r.output.contains("line_range"),
+        "{}",
+        r.output
+    );
+    // Text is still each seed's own.
+    f.write("t.txt", b"one\ntwo\n");
+    let r = dialect_read(&f, Dialect::LoomPy, json!({"path": "t.txt"})).await;
+    assert_eq!(r.output, "one\ntwo\n");
+    let r = dialect_read(&f, Dialect::Loom, json!({"path": "t.txt"})).await;
+    assert_eq!(r.data.unwrap()["contents"], "one\ntwo\n");
+}

@@ -18,7 +18,7 @@ use crate::ToolEnv;
 
 pub use edit::{EditFile, EditFileArgs, Replacement, apply_edit, lines_before};
 pub(crate) use edit::{nearest_windows, reindent_like};
-pub use read::{ReadFile, ReadFileArgs, read_window};
+pub use read::{ReadFile, ReadFileArgs, read_media, read_window};
 pub use write::{WriteFile, WriteFileArgs};
 
 /// The file tools of the `loopr` dialect.

@@ -373,8 +373,40 @@ impl TypedTool for ReadFile {
     }
 }
 
+/// The media engine every dialect's read shares: when the file at the path argument `path` is
+/// an image, a PDF or a Jupyter notebook, read it (recorded in the ledger) and return what
+/// `read_file` returns for it (an image block; the text of the `pages` asked for; the cells
+/// with their outputs); `Ok(None)` when it is anything else, for the caller to read as text.
+pub async fn read_media(
+    env: &ToolEnv,
+    ctx: &ToolContext,
+    path: &str,
+    pages: Option<String>,
+) -> Result<Option<ToolResult>, ToolError> {
+    let ws = &env.workspace;
+    let rel = ws.locate(path, &ctx.cwd)?;
+    if ws.metadata(&rel)?.is_some_and(|m| m.is_dir()) {
+        return Ok(None);
+    }
+    let mut file = ws.open_file(&rel)?;
+    let mut head = [0u8; 16];
+    let head_len = read_head(&mut file, &mut head).map_err(|e| ws.map_err(e, &rel))?;
+    let kind = Kind::sniff(&head[..head_len], rel.as_str());
+    if kind == Kind::Text {
+        return Ok(None);
+    }
+    let args = ReadFileArgs {
+        path: path.to_string(),
+        offset: None,
+        limit: None,
+        pages,
+    };
+    read_document(env, kind, &rel, &head[..head_len], file, args, ctx)
+        .await
+        .map(Some)
+}
+
 impl ReadFile {
-    /// An image, a PDF or a notebook: read whole (capped), recorded, then shown its own way.
     async fn read_document(
         &self,
         kind: Kind,
@@ -384,7 +416,22 @@ impl ReadFile {
         args: ReadFileArgs,
         ctx: &ToolContext,
     ) -> Result<ToolResult, ToolError> {
-        let ws = &self.env.workspace;
+        read_document(&self.env, kind, rel, head, file, args, ctx).await
+    }
+}
+
+/// An image, a PDF or a notebook: read whole (capped), recorded, then shown its own way.
+async fn read_document(
+    env: &ToolEnv,
+    kind: Kind,
+    rel: &RelPath,
+    head: &[u8],
+    file: cap_std::fs::File,
+    args: ReadFileArgs,
+    ctx: &ToolContext,
+) -> Result<ToolResult, ToolError> {
+    {
+        let ws = &env.workspace;
         let cap = match kind {
             Kind::Image(_) => MAX_IMAGE_FILE_BYTES,
             _ => MAX_DOCUMENT_BYTES,
@@ -417,10 +464,7 @@ impl ReadFile {
             .read_to_end(&mut content)
             .map_err(|e| ws.map_err(e, rel))?;
         let hash = blake3::hash(&content).to_hex().to_string();
-        self.env
-            .records
-            .record_read(&ctx.session_id, rel, &hash)
-            .await?;
+        env.records.record_read(&ctx.session_id, rel, &hash).await?;
         if args.pages.is_some() && kind != Kind::Pdf {
             return Err(ToolError::InvalidArguments(format!(
                 "read_file: `pages` applies to PDF files only, and {rel} is {}",
