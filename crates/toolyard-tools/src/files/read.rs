@@ -430,55 +430,53 @@ async fn read_document(
     args: ReadFileArgs,
     ctx: &ToolContext,
 ) -> Result<ToolResult, ToolError> {
-    {
-        let ws = &env.workspace;
-        let cap = match kind {
-            Kind::Image(_) => MAX_IMAGE_FILE_BYTES,
-            _ => MAX_DOCUMENT_BYTES,
-        };
-        let size = file.metadata().map_err(|e| ws.map_err(e, rel))?.len();
-        if size > cap {
-            let what = kind.describe();
-            let todo = match kind {
-                Kind::Image(_) => format!(
-                    "scale it down or convert it first, e.g. with run_command \
+    let ws = &env.workspace;
+    let cap = match kind {
+        Kind::Image(_) => MAX_IMAGE_FILE_BYTES,
+        _ => MAX_DOCUMENT_BYTES,
+    };
+    let size = file.metadata().map_err(|e| ws.map_err(e, rel))?.len();
+    if size > cap {
+        let what = kind.describe();
+        let todo = match kind {
+            Kind::Image(_) => format!(
+                "scale it down or convert it first, e.g. with run_command \
                      `convert {rel} -resize {IMAGE_LONG_SIDE}x{IMAGE_LONG_SIDE} small.png`, \
                      and read that"
-                ),
-                Kind::Pdf => format!(
-                    "extract its text first, e.g. with run_command `pdftotext {rel} out.txt`, \
+            ),
+            Kind::Pdf => format!(
+                "extract its text first, e.g. with run_command `pdftotext {rel} out.txt`, \
                      and read that"
-                ),
-                _ => "read it with a command (run_command) that prints only the part you need"
-                    .to_string(),
-            };
-            return Err(ToolError::InvalidArguments(format!(
-                "read_file: {rel} is {what} of {size} bytes; read_file returns at most {cap} \
+            ),
+            _ => "read it with a command (run_command) that prints only the part you need"
+                .to_string(),
+        };
+        return Err(ToolError::InvalidArguments(format!(
+            "read_file: {rel} is {what} of {size} bytes; read_file returns at most {cap} \
                  bytes of one; {todo}"
-            )));
-        }
-        // The sniffed head was read already: the rest follows it.
-        let mut content = Vec::with_capacity(size as usize);
-        content.extend_from_slice(head);
-        file.take(cap + 1)
-            .read_to_end(&mut content)
-            .map_err(|e| ws.map_err(e, rel))?;
-        let hash = blake3::hash(&content).to_hex().to_string();
-        env.records.record_read(&ctx.session_id, rel, &hash).await?;
-        if args.pages.is_some() && kind != Kind::Pdf {
-            return Err(ToolError::InvalidArguments(format!(
-                "read_file: `pages` applies to PDF files only, and {rel} is {}",
-                kind.describe()
-            )));
-        }
-        match kind {
-            Kind::Image(mime) => image_result(rel, mime, &content),
-            Kind::Pdf => pdf_result(rel, &content, args.pages.as_deref(), ctx.max_output_bytes),
-            Kind::Notebook => notebook_result(rel, &content, ctx.max_output_bytes),
-            Kind::Text => Err(ToolError::Unavailable(
-                "read_file: a text file reached the document reader".into(),
-            )),
-        }
+        )));
+    }
+    // The sniffed head was read already: the rest follows it.
+    let mut content = Vec::with_capacity(size as usize);
+    content.extend_from_slice(head);
+    file.take(cap + 1)
+        .read_to_end(&mut content)
+        .map_err(|e| ws.map_err(e, rel))?;
+    let hash = blake3::hash(&content).to_hex().to_string();
+    env.records.record_read(&ctx.session_id, rel, &hash).await?;
+    if args.pages.is_some() && kind != Kind::Pdf {
+        return Err(ToolError::InvalidArguments(format!(
+            "read_file: `pages` applies to PDF files only, and {rel} is {}",
+            kind.describe()
+        )));
+    }
+    match kind {
+        Kind::Image(mime) => image_result(rel, mime, &content),
+        Kind::Pdf => pdf_result(rel, &content, args.pages.as_deref(), ctx.max_output_bytes),
+        Kind::Notebook => notebook_result(rel, &content, ctx.max_output_bytes),
+        Kind::Text => Err(ToolError::Unavailable(
+            "read_file: a text file reached the document reader".into(),
+        )),
     }
 }
 

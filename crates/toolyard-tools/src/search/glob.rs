@@ -394,55 +394,53 @@ pub(crate) async fn glob_result(
     case_insensitive: bool,
     no_git_ignore: bool,
 ) -> Result<ToolResult, ToolError> {
-    {
-        let path = args.path.as_deref().unwrap_or(".");
-        let root = env.workspace.locate(path, &ctx.cwd)?;
-        if env.workspace.metadata(&root)?.is_none() {
-            return Err(ToolError::FileNotFound(path.into()));
-        }
-        let query = GlobQuery {
-            pattern: args.pattern.clone(),
-            root: root.clone(),
-            limit: Some(DEFAULT_GLOB_LIMIT),
-            hidden: args.hidden,
-            case_insensitive,
-            no_git_ignore,
-        };
-        let walker_env = env.clone();
-        let outcome = bounded(ctx, move |stop| find(&walker_env.workspace, &query, stop)).await?;
-        let hidden_note = walk::hidden_note(outcome.hidden_skipped);
-        let output = if outcome.hits.is_empty() {
-            let mut text = format!(
-                "No files match `{}` in {}.\n",
-                args.pattern,
-                walk::place(&root)
-            );
-            text.push_str(hidden_note.as_deref().unwrap_or_default());
-            text
-        } else {
-            let mut text = String::new();
-            for h in &outcome.hits {
-                text.push_str(&h.path);
-                text.push('\n');
-            }
-            let more = outcome.total.saturating_sub(outcome.hits.len() as u64);
-            if more > 0 {
-                text.push_str(&format!(
-                    "[{more} more files match ({} in all); narrow the pattern or path]\n",
-                    outcome.total
-                ));
-            }
-            text.push_str(hidden_note.as_deref().unwrap_or_default());
-            let budget = super::output_budget(env, "glob", ctx.max_output_bytes);
-            head_tail(&text, budget, Some("narrow the pattern or path")).text
-        };
-        // The paths are the output already; data adds only what a program needs beside them.
-        let data = json!({
-            "paths": outcome.hits.iter().map(|h| h.path.as_str()).collect::<Vec<_>>(),
-            "total": outcome.total,
-            "truncated": outcome.total > outcome.hits.len() as u64,
-            "hidden_skipped": outcome.hidden_skipped,
-        });
-        Ok(ToolResult::ok(output).with_data(data))
+    let path = args.path.as_deref().unwrap_or(".");
+    let root = env.workspace.locate(path, &ctx.cwd)?;
+    if env.workspace.metadata(&root)?.is_none() {
+        return Err(ToolError::FileNotFound(path.into()));
     }
+    let query = GlobQuery {
+        pattern: args.pattern.clone(),
+        root: root.clone(),
+        limit: Some(DEFAULT_GLOB_LIMIT),
+        hidden: args.hidden,
+        case_insensitive,
+        no_git_ignore,
+    };
+    let walker_env = env.clone();
+    let outcome = bounded(ctx, move |stop| find(&walker_env.workspace, &query, stop)).await?;
+    let hidden_note = walk::hidden_note(outcome.hidden_skipped);
+    let output = if outcome.hits.is_empty() {
+        let mut text = format!(
+            "No files match `{}` in {}.\n",
+            args.pattern,
+            walk::place(&root)
+        );
+        text.push_str(hidden_note.as_deref().unwrap_or_default());
+        text
+    } else {
+        let mut text = String::new();
+        for h in &outcome.hits {
+            text.push_str(&h.path);
+            text.push('\n');
+        }
+        let more = outcome.total.saturating_sub(outcome.hits.len() as u64);
+        if more > 0 {
+            text.push_str(&format!(
+                "[{more} more files match ({} in all); narrow the pattern or path]\n",
+                outcome.total
+            ));
+        }
+        text.push_str(hidden_note.as_deref().unwrap_or_default());
+        let budget = super::output_budget(env, "glob", ctx.max_output_bytes);
+        head_tail(&text, budget, Some("narrow the pattern or path")).text
+    };
+    // The paths are the output already; data adds only what a program needs beside them.
+    let data = json!({
+        "paths": outcome.hits.iter().map(|h| h.path.as_str()).collect::<Vec<_>>(),
+        "total": outcome.total,
+        "truncated": outcome.total > outcome.hits.len() as u64,
+        "hidden_skipped": outcome.hidden_skipped,
+    });
+    Ok(ToolResult::ok(output).with_data(data))
 }
