@@ -59,6 +59,8 @@ fn run(mode: &str, pattern: &str, dir: &Path) -> Result<u64, Box<dyn std::error:
                 root: RelPath::root(),
                 limit: None,
                 hidden: false,
+                case_insensitive: false,
+                no_git_ignore: false,
             };
             let outcome = glob::find(&ws, &query, &cancel)?;
             for hit in &outcome.hits {

@@ -12,10 +12,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use toolyard_core::{ToolContext, ToolError};
-use toolyard_workspace::{ChangeFilter, ChangeId, ChangeStatus, Expect, RelPath, hash_bytes};
+use toolyard_workspace::{ChangeId, Expect, RelPath, hash_bytes};
 
 use crate::ToolEnv;
-use crate::files::commit_write;
+use crate::files::{commit_write_in, nearest_windows, reindent_like};
 
 const BEGIN: &str = "*** Begin Patch";
 const END: &str = "*** End Patch";
@@ -393,40 +393,36 @@ fn numbered(lines: &[String], first: usize, count: usize) -> String {
         .collect()
 }
 
-/// The window of the file most like `pattern`, numbered, for a "not found" error.
+/// The windows of the file most like `pattern` (up to three), numbered, for a "not found" error.
 fn nearest(path: &str, lines: &[String], pattern: &[String]) -> String {
     if lines.is_empty() {
         return format!("{path} is empty.");
     }
-    let probe: Vec<&str> = pattern.iter().take(8).map(|p| p.trim()).collect();
-    let span = pattern.len().clamp(1, 12);
-    let windows = lines.len().saturating_sub(probe.len()) + 1;
-    let mut best = (0.0f64, 0usize);
-    for i in 0..windows.min(50_000) {
-        let score: f64 = probe
-            .iter()
-            .zip(&lines[i..])
-            .filter(|(_, l)| l.len() <= 1000)
-            .map(|(p, l)| strsim::normalized_levenshtein(p, l.trim()))
-            .sum::<f64>()
-            / probe.len().max(1) as f64;
-        if score > best.0 {
-            best = (score, i);
-        }
-    }
-    if best.0 < 0.3 {
+    let file: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let old: Vec<&str> = pattern.iter().map(String::as_str).collect();
+    let found = nearest_windows(&file, &old, 3);
+    let Some(&(first, last)) = found.first() else {
         return format!(
             "No lines of {path} look like them. Its first lines are:\n{}",
-            numbered(lines, 0, span.max(5))
+            numbered(lines, 0, pattern.len().clamp(5, 12))
         );
-    }
-    let end = (best.1 + span).min(lines.len());
-    let which = if end == best.1 + 1 {
-        format!("The nearest line in {path} is line {end}")
-    } else {
-        format!("The nearest lines in {path} are {}-{end}", best.1 + 1)
     };
-    format!("{which}:\n{}", numbered(lines, best.1, span))
+    let show = |first: usize, last: usize| numbered(lines, first, (last - first + 1).min(12));
+    let mut out = if first == last {
+        format!("The nearest line in {path} is line {}:\n", first + 1)
+    } else {
+        format!(
+            "The nearest lines in {path} are {}-{}:\n",
+            first + 1,
+            last + 1
+        )
+    };
+    out.push_str(&show(first, last));
+    for &(f, l) in &found[1..] {
+        out.push_str(&format!("Also like them, lines {}-{}:\n", f + 1, l + 1));
+        out.push_str(&show(f, l));
+    }
+    out
 }
 
 fn ambiguous(path: &str, what: &str, shown: &str, pass: Pass, hits: &[usize]) -> ToolError {
@@ -511,7 +507,27 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Stri
         }
         match found {
             Seek::At(i) => {
-                replacements.push((i, old.len(), new.to_vec()));
+                // Matched ignoring leading whitespace with one uniform offset: the new lines
+                // were written with the same offset, so they take the file's indentation.
+                let file: Vec<&str> = lines[i..i + old.len()].iter().map(String::as_str).collect();
+                let old_s: Vec<&str> = old.iter().map(String::as_str).collect();
+                let new = match reindent_like(&file, &old_s, new) {
+                    Ok(shifted) => shifted.unwrap_or_else(|| new.to_vec()),
+                    Err(()) => {
+                        return Err(ToolError::Conflict(format!(
+                            "Failed to find expected lines in {path}:\n{}\n\nLines {}-{} have \
+                             the same text but lines of only brackets differ in indentation, \
+                             and by different amounts, so they may not be the lines meant (a \
+                             line may be missing). {}Copy the context and - lines exactly from the current \
+                             file.",
+                            chunk.old_lines.join("\n"),
+                            i + 1,
+                            i + old.len(),
+                            nearest(path, &lines, &chunk.old_lines)
+                        )));
+                    }
+                };
+                replacements.push((i, old.len(), new));
                 cursor = i + old.len();
             }
             Seek::Ambiguous(pass, hits) => {
@@ -776,16 +792,18 @@ pub fn plan(env: &ToolEnv, cwd: &Path, hunks: &[Hunk]) -> Result<Plan, ToolError
     })
 }
 
-/// Journal, then remove `rel` if it still has content `hash`.
+/// Journal (joining `group`), then remove `rel` if it still has content `hash`; returns the
+/// change's id.
 async fn commit_remove(
     env: &ToolEnv,
     ctx: &ToolContext,
     rel: &RelPath,
     hash: &str,
-) -> Result<(), ToolError> {
+    group: Option<i64>,
+) -> Result<i64, ToolError> {
     let change = env
         .records
-        .journal_begin_removal(&ctx.session_id, &ctx.call_id, TOOL, rel)
+        .journal_begin_removal(&ctx.session_id, &ctx.call_id, TOOL, rel, group)
         .await?;
     let removed = match env.workspace.hash_of(rel) {
         Ok(Some(h)) if h == hash => env.workspace.remove_file(rel),
@@ -797,68 +815,54 @@ async fn commit_remove(
     if let Err(mark) = env.records.journal_end(change, removed.is_ok()).await {
         tracing::warn!(%mark, "could not settle a removal in the journal");
     }
-    removed
+    removed.map(|()| change)
 }
 
-/// The newest change in the journal before this call wrote anything: a rollback undoes only
-/// what comes after it (call ids alone can repeat across processes).
-fn journal_floor(env: &ToolEnv) -> Option<ChangeId> {
-    let local = env.local.as_ref()?;
-    let newest = local.journal.list(&ChangeFilter {
-        limit: Some(1),
-        ..ChangeFilter::default()
-    });
-    newest.ok()?.first().map(|c| c.id)
-}
-
-/// Undo this call's changes newer than `floor`, newest first; returns the paths that could not
-/// be restored.
-fn roll_back(env: &ToolEnv, ctx: &ToolContext, floor: Option<ChangeId>) -> Vec<String> {
+/// Undo the changes this call made so far (the journal group of its first change `first`);
+/// returns why they could not be, if so.
+fn roll_back(env: &ToolEnv, ctx: &ToolContext, first: i64) -> Option<String> {
     let Some(local) = &env.local else {
-        return vec!["(no journal in this process)".into()];
+        return Some("no journal in this process".into());
     };
-    let changes = match local.journal.list(&ChangeFilter {
-        session: Some(ctx.session_id.clone()),
-        limit: Some(10_000),
-        ..ChangeFilter::default()
-    }) {
-        Ok(c) => c,
-        Err(e) => return vec![format!("(journal unreadable: {e})")],
-    };
-    let mut left = Vec::new();
-    for c in changes.into_iter().filter(|c| {
-        Some(c.id) > floor
-            && c.call_id == ctx.call_id
-            && c.tool == TOOL
-            && c.status == ChangeStatus::Done
-            && c.undone_by.is_none()
-    }) {
-        if let Err(e) =
-            local
-                .journal
-                .undo(&env.workspace, c.id, &ctx.session_id, &ctx.call_id, false)
-        {
-            tracing::warn!(change = %c.id, error = %e, "could not roll back a patch's change");
-            left.push(c.path);
+    match local.journal.undo_group(
+        &env.workspace,
+        ChangeId(first),
+        &ctx.session_id,
+        &ctx.call_id,
+        false,
+    ) {
+        Ok(undone) => {
+            for out in undone {
+                let rel = RelPath::from_normalized(&out.path);
+                local.set_view(&ctx.session_id, &rel, out.new_hash.as_deref());
+            }
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not roll back a patch's changes");
+            Some(e.to_string())
         }
     }
-    left
 }
 
-/// Write every file of `plan` (journaled, each under a compare-and-swap on the content the plan
-/// saw), then remove the files it deletes. If one fails, the ones already changed are restored
-/// from the journal. Returns the workspace-relative paths changed.
+/// Write every file of `plan` (each under a compare-and-swap on the content the plan saw),
+/// then remove the files it deletes, all journaled as one group (one undo reverts the whole
+/// patch). If one fails, the ones already changed are restored from the journal. Returns the
+/// workspace-relative paths changed.
 pub async fn apply(
     env: &ToolEnv,
     ctx: &ToolContext,
     plan: &Plan,
 ) -> Result<Vec<String>, ToolError> {
-    let floor = journal_floor(env);
+    let mut group: Option<i64> = None;
     let mut changed = Vec::new();
     let mut failure = None;
     for (rel, bytes, expect) in &plan.writes {
-        match commit_write(env, ctx, TOOL, rel, bytes, expect).await {
-            Ok(out) => changed.push(out.path.to_string()),
+        match commit_write_in(env, ctx, TOOL, rel, bytes, expect, group).await {
+            Ok((out, id)) => {
+                group.get_or_insert(id);
+                changed.push(out.path.to_string());
+            }
             Err(e) => {
                 failure = Some((rel.clone(), e));
                 break;
@@ -867,8 +871,11 @@ pub async fn apply(
     }
     if failure.is_none() {
         for (rel, hash) in &plan.removals {
-            match commit_remove(env, ctx, rel, hash).await {
-                Ok(()) => changed.push(rel.to_string()),
+            match commit_remove(env, ctx, rel, hash, group).await {
+                Ok(id) => {
+                    group.get_or_insert(id);
+                    changed.push(rel.to_string());
+                }
                 Err(e) => {
                     failure = Some((rel.clone(), e));
                     break;
@@ -879,17 +886,16 @@ pub async fn apply(
     let Some((rel, e)) = failure else {
         return Ok(changed);
     };
-    if changed.is_empty() {
+    let Some(first) = group.filter(|_| !changed.is_empty()) else {
         return Err(e);
-    }
-    let left = roll_back(env, ctx, floor);
-    let outcome = if left.is_empty() {
-        "The files it had already changed were restored, so the workspace is as before".to_string()
-    } else {
-        format!(
-            "Restoring the files it had already changed failed for {}; see `toolyard log`",
-            left.join(", ")
-        )
+    };
+    let outcome = match roll_back(env, ctx, first) {
+        None => "The files it had already changed were restored, so the workspace is as before"
+            .to_string(),
+        Some(why) => format!(
+            "Restoring the files it had already changed ({}) failed: {why}; see `toolyard log`",
+            changed.join(", ")
+        ),
     };
     Err(ToolError::Conflict(format!(
         "apply_patch stopped at {rel}: {e}. {outcome}. Check the file's current content and \

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use async_trait::async_trait;
 use toolyard_core::ToolError;
 use toolyard_workspace::{
-    Journal, Ledger, LedgerUpdate, NewChange, PreImage, RelPath, Via, Workspace,
+    ChangeId, Journal, Ledger, LedgerUpdate, NewChange, PreImage, RelPath, Via, Workspace,
 };
 
 /// What the file tools record per session: reads, writes, and journal entries.
@@ -60,14 +60,36 @@ pub trait Records: Send + Sync {
             "cannot journal {path} here: only the server keeps the journal"
         )))
     }
-    /// Journal the content of `path` before it is removed; returns the change id. Only the
-    /// server keeps the journal's removals: elsewhere this is refused.
+    /// Like [`Records::journal_begin`], the change joining the group of change `group` (the
+    /// first change of the same call), so they are undone together. Only the server keeps
+    /// groups: elsewhere a change that joins one is refused.
+    async fn journal_begin_grouped(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+        new_hash: &str,
+        group: Option<i64>,
+    ) -> Result<i64, ToolError> {
+        if group.is_some() {
+            return Err(ToolError::Unavailable(format!(
+                "cannot change {path} here: a call that changes several files is journaled only in the server process"
+            )));
+        }
+        self.journal_begin(session, call_id, tool, path, new_hash)
+            .await
+    }
+    /// Journal the content of `path` before it is removed, joining `group` as in
+    /// [`Records::journal_begin_grouped`]; returns the change id. Only the server keeps the
+    /// journal's removals: elsewhere this is refused.
     async fn journal_begin_removal(
         &self,
         _session: &str,
         _call_id: &str,
         _tool: &str,
         path: &RelPath,
+        _group: Option<i64>,
     ) -> Result<i64, ToolError> {
         Err(ToolError::Unavailable(format!(
             "cannot remove {path} here: file removals are journaled only in the server process"
@@ -234,6 +256,19 @@ impl Records for LocalRecords {
         path: &RelPath,
         new_hash: &str,
     ) -> Result<i64, ToolError> {
+        self.journal_begin_grouped(session, call_id, tool, path, new_hash, None)
+            .await
+    }
+
+    async fn journal_begin_grouped(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+        new_hash: &str,
+        group: Option<i64>,
+    ) -> Result<i64, ToolError> {
         let id = self.journal.record(
             &self.workspace,
             NewChange {
@@ -242,6 +277,7 @@ impl Records for LocalRecords {
                 tool,
                 path,
                 new_hash,
+                group: group.map(ChangeId),
             },
         )?;
         Ok(id.0)
@@ -272,10 +308,16 @@ impl Records for LocalRecords {
         call_id: &str,
         tool: &str,
         path: &RelPath,
+        group: Option<i64>,
     ) -> Result<i64, ToolError> {
-        let id = self
-            .journal
-            .record_removal(&self.workspace, session, call_id, tool, path)?;
+        let id = self.journal.record_removal(
+            &self.workspace,
+            session,
+            call_id,
+            tool,
+            path,
+            group.map(ChangeId),
+        )?;
         Ok(id.0)
     }
 

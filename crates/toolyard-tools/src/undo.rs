@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
-use toolyard_workspace::{ChangeId, RelPath};
+use toolyard_workspace::{ChangeId, RelPath, UndoOutcome};
 
 use crate::records::LocalRecords;
 
@@ -38,9 +38,10 @@ impl TypedTool for Undo {
 
     fn description(&self) -> &str {
         "Undo a change made by write_file, edit_file or undo: restores the exact previous bytes \
-         and mode, or removes a file the change created. Without change_id, undoes this \
-         session's last change; call it again to go further back. Refuses if the file changed \
-         since, unless force is true."
+         and mode, or removes a file the change created. The changes one call made to several \
+         files (an apply_patch) are undone together. Without change_id, undoes this session's \
+         last change; call it again to go further back. Refuses if a file changed since, \
+         unless force is true."
     }
 
     fn annotations(&self) -> Annotations {
@@ -62,16 +63,22 @@ impl TypedTool for Undo {
                 })?,
         };
         let change = journal.get(id)?;
-        let out = journal.undo(
+        let undone = journal.undo_group(
             &self.records.workspace,
             id,
             &ctx.session_id,
             &ctx.call_id,
             args.force,
         )?;
-        let rel = RelPath::from_normalized(&out.path);
-        self.records
-            .set_view(&ctx.session_id, &rel, out.new_hash.as_deref());
+        for out in &undone {
+            let rel = RelPath::from_normalized(&out.path);
+            self.records
+                .set_view(&ctx.session_id, &rel, out.new_hash.as_deref());
+        }
+        let files: Vec<String> = undone.iter().map(|o| o.path.clone()).collect();
+        let [out] = undone.as_slice() else {
+            return Ok(group_result(id, &change.tool, &undone).with_files_changed(files));
+        };
         let what = if out.removed {
             format!("removed {} (change #{} had created it)", out.path, id.0)
         } else {
@@ -90,8 +97,43 @@ impl TypedTool for Undo {
             if out.redo { "revert again" } else { "redo" }
         ))
         .with_data(json!(out))
-        .with_files_changed(vec![out.path.clone()]))
+        .with_files_changed(files))
     }
+}
+
+/// The result of undoing a group: every file, and the undo to undo for a redo.
+fn group_result(id: ChangeId, tool: &str, undone: &[UndoOutcome]) -> ToolResult {
+    let redo = undone.iter().all(|o| o.redo);
+    let verb = if redo { "Redid" } else { "Undid" };
+    let lines: Vec<String> = undone
+        .iter()
+        .map(|o| {
+            if o.removed {
+                format!(
+                    "- removed {} (change #{} had created it)",
+                    o.path, o.undone.0
+                )
+            } else {
+                format!(
+                    "- restored {} to its content before change #{} ({} bytes)",
+                    o.path, o.undone.0, o.bytes
+                )
+            }
+        })
+        .collect();
+    // The first undo names the group: undoing it redoes them all.
+    let first = undone.iter().map(|o| o.undo).min().unwrap_or(id);
+    ToolResult::ok(format!(
+        "{verb} change #{} and the {} other changes the same {tool} call made, together:\n{}\nThese undos are one group, changes #{}-#{}; undo #{} to {}.",
+        id.0,
+        undone.len() - 1,
+        lines.join("\n"),
+        first.0,
+        undone.iter().map(|o| o.undo).max().unwrap_or(id).0,
+        first.0,
+        if redo { "revert again" } else { "redo" }
+    ))
+    .with_data(json!({"undo": first, "undone": id, "redo": redo, "files": undone}))
 }
 
 /// The `undo` tool over the server's own records.

@@ -246,17 +246,16 @@ async fn no_prior_read_is_needed_and_add_overwrites() {
 }
 
 #[tokio::test]
-async fn undo_reverts_the_patch_file_by_file() {
+async fn one_undo_reverts_the_whole_patch() {
     let f = Fixture::new(&[("a.txt", "one\n"), ("b.txt", "two\n")]);
     f.patch("*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+uno\n*** Delete File: b.txt\n*** End Patch")
         .await
         .unwrap();
     assert_eq!(f.read("b.txt"), None);
-    f.call("undo", json!({})).await.unwrap();
+    let r = f.call("undo", json!({})).await.unwrap();
     assert_eq!(f.read("b.txt").unwrap(), "two\n");
-    assert_eq!(f.read("a.txt").unwrap(), "uno\n");
-    f.call("undo", json!({})).await.unwrap();
-    assert_eq!(f.read("a.txt").unwrap(), "one\n");
+    assert_eq!(f.read("a.txt").unwrap(), "one\n", "{}", r.output);
+    assert!(r.output.contains("together"), "{}", r.output);
 }
 
 #[tokio::test]

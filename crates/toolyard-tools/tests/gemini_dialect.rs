@@ -344,3 +344,44 @@ async fn read_many_files_joins_with_separators_and_stays_bounded() {
         )
         .await);
 }
+
+#[tokio::test]
+async fn glob_applies_case_sensitive_and_respect_git_ignore() {
+    let f = Fixture::new(&[
+        (".gitignore", "build/\n"),
+        ("src/Main.RS", "fn main() {}\n"),
+        ("src/lib.rs", "\n"),
+        ("build/gen.rs", "\n"),
+    ]);
+    let paths = |r: &ToolResult| -> Vec<String> {
+        let mut v: Vec<String> = r.data.as_ref().unwrap()["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    // Gemini CLI's defaults: case-insensitive, .gitignore respected.
+    let r = f.call("glob", json!({"pattern": "**/*.rs"})).await;
+    assert!(r.success, "{}", r.output);
+    assert_eq!(paths(&r), ["src/Main.RS", "src/lib.rs"]);
+    let r = f
+        .call(
+            "glob",
+            json!({"pattern": "**/*.rs", "case_sensitive": true}),
+        )
+        .await;
+    assert_eq!(paths(&r), ["src/lib.rs"]);
+    let r = f
+        .call(
+            "glob",
+            json!({"pattern": "**/*.rs", "respect_git_ignore": false}),
+        )
+        .await;
+    assert_eq!(paths(&r), ["build/gen.rs", "src/Main.RS", "src/lib.rs"]);
+    // A literal directory in the pattern matches whatever its case, too.
+    let r = f.call("glob", json!({"pattern": "SRC/*.rs"})).await;
+    assert_eq!(paths(&r), ["src/Main.RS", "src/lib.rs"]);
+}

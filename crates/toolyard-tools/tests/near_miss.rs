@@ -1,9 +1,20 @@
 //! edit_file's near-miss forgiveness over a corpus cut from real source: each slip kind applies
 //! exactly as the exact edit would (and says so), each forbidden difference refuses, ambiguity
-//! refuses, and an exact match behaves as it did before forgiveness existed.
+//! refuses, and an exact match behaves as it did before forgiveness existed. Then the same
+//! corpus through every dialect's edit tool, each attempt counted as applied, guided or
+//! unguided (see [`Outcome`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use proptest::prelude::*;
-use toolyard_tools::files::apply_edit;
+use serde_json::{Value, json};
+use toolyard_core::{Tool, ToolContext};
+use toolyard_tools::dialect::Dialect;
+use toolyard_tools::files::{apply_edit, read_tracked};
+use toolyard_tools::patch;
+
+mod common;
 
 const CORPUS: &[(&str, &str)] = &[
     ("rust", include_str!("near_miss/edit_excerpt.rs")),
@@ -295,4 +306,356 @@ proptest! {
             None => prop_assert!(got.is_err()),
         }
     }
+}
+
+/// What one attempted edit came to, as a model sees it.
+///
+/// - **applied**: the edit landed exactly as intended (the file equals the exact edit's result);
+/// - **guided**: refused, the file untouched, and the error shows the intended place (a numbered
+///   line of the intended window, or its line number among the places listed), so the model
+///   can retry right;
+/// - **unguided**: refused, the file untouched, without showing the intended place;
+/// - **wrong**: applied anything else (or applied a difference that must never be forgiven);
+/// - **changed**: refused but the file changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Outcome {
+    Applied,
+    Guided,
+    Unguided,
+    Wrong,
+    Changed,
+}
+
+/// The line numbers an error shows: numbered lines (`    12|text`), and numbers listed after
+/// "line"/"lines" (`at lines 3, 7`, `lines 12-15`, `starting at lines 4, 9`).
+fn shown_lines(msg: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for l in msg.lines() {
+        let t = l.trim_start();
+        if let Some((n, _)) = t.split_once(['|', '\u{2192}'])
+            && let Ok(n) = n.trim().parse::<usize>()
+        {
+            out.push(n);
+        }
+    }
+    let lower = msg.to_lowercase();
+    for (i, _) in lower.match_indices("line") {
+        let rest = &lower[i + 4..];
+        let rest = rest.strip_prefix('s').unwrap_or(rest);
+        let list: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || matches!(c, ' ' | ',' | '-'))
+            .collect();
+        for part in list.split([',', ' ']) {
+            let mut ends = part.split('-').filter_map(|n| n.parse::<usize>().ok());
+            match (ends.next(), ends.next()) {
+                (Some(a), Some(b)) if b >= a && b - a < 100 => out.extend(a..=b),
+                (Some(a), _) => out.push(a),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// One attempted edit: the intended window (1-based lines), old and new as the model sent them.
+struct Attempt {
+    lang: &'static str,
+    case: String,
+    lines: (usize, usize),
+    old: String,
+    new: String,
+    /// The file as the exact edit leaves it; None when the edit must be refused.
+    want: Option<Vec<u8>>,
+    /// The same file as the exact patch leaves it (a patch always ends the file with a newline).
+    want_patch: Option<Vec<u8>>,
+}
+
+/// Every attempt the corpus yields: each slip and forbidden difference over each unique 4-line
+/// window, and each line that occurs more than once, aimed at its first occurrence.
+fn attempts() -> Vec<Attempt> {
+    let mut out = Vec::new();
+    for (lang, text) in CORPUS {
+        let crlf = text.contains("\r\n");
+        let nl = if crlf { "\r\n" } else { "\n" };
+        let ls = lines_of(text);
+        for start in (0..ls.len().saturating_sub(4)).step_by(2) {
+            let old: String = ls[start..start + 4].concat();
+            let old = old.trim_end_matches(['\r', '\n']).to_string();
+            let edge_blank =
+                body(ls[start]).trim().is_empty() || body(ls[start + 3]).trim().is_empty();
+            if edge_blank || text.matches(old.as_str()).count() != 1 {
+                continue;
+            }
+            let first = body(ls[start]);
+            let indent = &first[..first.len() - first.trim_start().len()];
+            let new = format!("{first}{nl}{indent}INSERTED_LINE{}", &old[first.len()..]);
+            let want = apply_edit("f", text.as_bytes(), &old, &new, false)
+                .expect("the exact edit applies")
+                .0;
+            let lines = (start + 1, start + 4);
+            let exact = Attempt {
+                lang,
+                case: String::new(),
+                lines,
+                old: old.clone(),
+                new: new.clone(),
+                want: None,
+                want_patch: None,
+            };
+            let hunks = patch::parse_patch(&as_patch(&exact)).expect("the exact patch parses");
+            let patch::Hunk::Update { chunks, .. } = &hunks[0] else {
+                unreachable!()
+            };
+            let want_patch = patch::apply_chunks("f", text, chunks)
+                .expect("the exact patch applies")
+                .into_bytes();
+            for kind in SLIPS {
+                if let Some(o) = slip(kind, &old, crlf) {
+                    out.push(Attempt {
+                        lang,
+                        case: format!("slip: {kind}"),
+                        lines,
+                        old: o,
+                        new: slip_new(kind, &new, crlf),
+                        want: Some(want.clone()),
+                        want_patch: Some(want_patch.clone()),
+                    });
+                }
+            }
+            for kind in FORBIDDEN {
+                if let Some(o) = forbid(kind, &old)
+                    && !text.contains(o.as_str())
+                {
+                    out.push(Attempt {
+                        lang,
+                        case: format!("forbidden: {kind}"),
+                        lines,
+                        old: o,
+                        new: new.clone(),
+                        want: None,
+                        want_patch: None,
+                    });
+                }
+            }
+        }
+        // Ambiguous: a whole line of real text that the file has at several places.
+        let mut seen = BTreeMap::new();
+        for (i, l) in ls.iter().enumerate() {
+            let b = body(l);
+            let whole = ls.iter().filter(|m| body(m) == b).count();
+            if b.trim().len() >= 3 && whole > 1 && !seen.contains_key(b) {
+                seen.insert(b, i);
+            }
+        }
+        for (b, i) in seen {
+            out.push(Attempt {
+                lang,
+                case: "ambiguous".into(),
+                lines: (i + 1, i + 1),
+                old: b.to_string(),
+                new: format!("{b} // CHANGED"),
+                want: None,
+                want_patch: None,
+            });
+        }
+    }
+    out
+}
+
+/// A Codex patch of the attempt: the old lines removed, the new lines added, under one `@@`.
+fn as_patch(a: &Attempt) -> String {
+    let mut p = String::from("*** Begin Patch\n*** Update File: f\n@@\n");
+    for l in a.old.split('\n') {
+        p.push_str(&format!("-{l}\n"));
+    }
+    for l in a.new.split('\n') {
+        p.push_str(&format!("+{l}\n"));
+    }
+    p.push_str("*** End Patch");
+    p
+}
+
+/// The dialects' edit tools, and the call each makes of an attempt.
+const TOOLS: &[(Dialect, &str, &str)] = &[
+    (Dialect::Loopr, "edit_file", "edit_file"),
+    (Dialect::ClaudeCode, "Edit", "claude-code Edit"),
+    (
+        Dialect::Anthropic,
+        "str_replace_based_edit_tool",
+        "anthropic str_replace",
+    ),
+    (Dialect::Gemini, "replace", "gemini replace"),
+    (Dialect::Codex, "apply_patch", "codex apply_patch"),
+];
+
+fn args_for(tool: &str, a: &Attempt) -> Value {
+    match tool {
+        "edit_file" => json!({"path": "f", "old_string": a.old, "new_string": a.new}),
+        "Edit" | "replace" => json!({"file_path": "f", "old_string": a.old, "new_string": a.new}),
+        "str_replace_based_edit_tool" => {
+            json!({"command": "str_replace", "path": "f", "old_str": a.old, "new_str": a.new})
+        }
+        "apply_patch" => json!({"input": as_patch(a)}),
+        _ => unreachable!(),
+    }
+}
+
+/// Per (tool, case or language): how many attempts came to each outcome.
+type Counts = BTreeMap<(String, String), BTreeMap<Outcome, usize>>;
+
+fn pct(n: usize, of: usize) -> String {
+    if of == 0 {
+        "-".into()
+    } else {
+        format!("{:.0}%", 100.0 * n as f64 / of as f64)
+    }
+}
+
+/// One row per case (or language), one column per tool: `applied / guided / unguided` in %.
+fn print_table(title: &str, counts: &Counts) {
+    let keys: std::collections::BTreeSet<&String> = counts.keys().map(|(_, k)| k).collect();
+    println!(
+        "\n| {title} | n |{}",
+        TOOLS
+            .iter()
+            .map(|t| format!(" {} |", t.2))
+            .collect::<String>()
+    );
+    println!("|---|---:|{}", "---|".repeat(TOOLS.len()));
+    for key in keys {
+        let mut n = 0;
+        let mut cells = String::new();
+        for (_, _, label) in TOOLS {
+            let Some(c) = counts.get(&(label.to_string(), key.clone())) else {
+                cells.push_str(" - |");
+                continue;
+            };
+            let total: usize = c.values().sum();
+            n = n.max(total);
+            let get = |o| c.get(&o).copied().unwrap_or(0);
+            let mut cell = format!(
+                " {} / {} / {}",
+                pct(get(Outcome::Applied), total),
+                pct(get(Outcome::Guided), total),
+                pct(get(Outcome::Unguided), total)
+            );
+            for (o, what) in [(Outcome::Wrong, "wrong"), (Outcome::Changed, "changed")] {
+                if get(o) > 0 {
+                    cell.push_str(&format!(" ({} {what})", get(o)));
+                }
+            }
+            cells.push_str(&cell);
+            cells.push_str(" |");
+        }
+        println!("| {key} | {n} |{cells}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_dialect_edit_tool_applies_guides_or_refuses_over_the_corpus() {
+    let attempts = attempts();
+    let mut by_case: Counts = BTreeMap::new();
+    let mut by_lang: Counts = BTreeMap::new();
+    let mut bad = Vec::new();
+    for (dialect, tool_name, label) in TOOLS {
+        let w = common::DialectWorkspace::new(*dialect, &[("f", "")]);
+        let tool: Arc<dyn Tool> = w
+            .tools
+            .iter()
+            .find(|t| t.name() == *tool_name)
+            .unwrap()
+            .clone();
+        let path = w.ws.join("f");
+        let mut current: Option<&str> = None;
+        for (k, a) in attempts.iter().enumerate() {
+            let text = CORPUS.iter().find(|(l, _)| *l == a.lang).unwrap().1;
+            let mut ctx = ToolContext::new(&w.ws, "s");
+            ctx.call_id = format!("c{k}");
+            if current != Some(text) || std::fs::read(&path).unwrap() != text.as_bytes() {
+                std::fs::write(&path, text).unwrap();
+                current = Some(text);
+            }
+            read_tracked(&w.env, &ctx, "f").await.unwrap();
+            let got = tool.invoke(args_for(tool_name, a), &ctx).await;
+            let after = std::fs::read(&path).unwrap();
+            let refusal = match got {
+                Ok(r) if r.success => None,
+                Ok(r) => Some(r.output),
+                Err(e) => Some(e.to_string()),
+            };
+            let want = if *tool_name == "apply_patch" {
+                &a.want_patch
+            } else {
+                &a.want
+            };
+            let outcome = match (&refusal, want) {
+                (None, Some(want)) if after == *want => Outcome::Applied,
+                (None, _) => Outcome::Wrong,
+                (Some(_), _) if after != text.as_bytes() => Outcome::Changed,
+                (Some(msg), _) => {
+                    let (s, e) = a.lines;
+                    if shown_lines(msg).iter().any(|n| (s..=e).contains(n)) {
+                        Outcome::Guided
+                    } else {
+                        Outcome::Unguided
+                    }
+                }
+            };
+            if matches!(outcome, Outcome::Wrong | Outcome::Changed) {
+                bad.push(format!(
+                    "{label}: {} {} lines {:?}: {outcome:?}",
+                    a.lang, a.case, a.lines
+                ));
+            }
+            if outcome == Outcome::Unguided && std::env::var_os("NEAR_MISS_SHOW").is_some() {
+                println!(
+                    "UNGUIDED {label} {} {} {:?}: {}",
+                    a.lang,
+                    a.case,
+                    a.lines,
+                    refusal.as_deref().unwrap_or("")
+                );
+            }
+            *by_case
+                .entry((label.to_string(), a.case.clone()))
+                .or_default()
+                .entry(outcome)
+                .or_default() += 1;
+            *by_lang
+                .entry((label.to_string(), a.lang.to_string()))
+                .or_default()
+                .entry(outcome)
+                .or_default() += 1;
+        }
+    }
+    print_table("case", &by_case);
+    print_table("language", &by_lang);
+    let total = |o: Outcome| -> usize {
+        by_case
+            .values()
+            .map(|c| c.get(&o).copied().unwrap_or(0))
+            .sum()
+    };
+    println!(
+        "\nall tools: {} attempts; applied {}, guided {}, unguided {}, wrong {}, changed on refusal {}",
+        attempts.len() * TOOLS.len(),
+        total(Outcome::Applied),
+        total(Outcome::Guided),
+        total(Outcome::Unguided),
+        total(Outcome::Wrong),
+        total(Outcome::Changed)
+    );
+    assert!(
+        attempts.len() > 1000,
+        "corpus too small: {}",
+        attempts.len()
+    );
+    assert!(bad.is_empty(), "{bad:#?}");
+    // Every refusal shows the intended place among the nearest candidates.
+    assert_eq!(
+        total(Outcome::Unguided),
+        0,
+        "rerun with NEAR_MISS_SHOW=1 to see them"
+    );
 }

@@ -92,15 +92,112 @@ async fn gif_jpeg_and_webp_are_known_by_their_magic_bytes_not_their_names() {
     assert!(r.output.contains("GIF, 2x3 pixels"), "{}", r.output);
 }
 
+/// An image of `w`x`h` pixels with a gradient (so it compresses like a picture, not noise).
+fn picture(w: u32, h: u32) -> image::RgbImage {
+    image::RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([(x % 256) as u8, (y % 256) as u8, 128])
+    })
+}
+
+fn encoded(img: &image::RgbImage, format: image::ImageFormat) -> Vec<u8> {
+    let mut out = Vec::new();
+    img.write_to(&mut std::io::Cursor::new(&mut out), format)
+        .expect("encode");
+    out
+}
+
+/// The sent image decoded again: its format and size.
+fn sent(r: &ToolResult) -> (image::ImageFormat, u32, u32) {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(&r.images[0].data)
+        .expect("base64");
+    let format = image::guess_format(&bytes).expect("a known format");
+    let img = image::load_from_memory(&bytes).expect("decodes");
+    (format, img.width(), img.height())
+}
+
 #[tokio::test]
-async fn an_image_over_the_cap_is_refused_with_its_size_and_what_to_do() {
+async fn a_large_png_is_scaled_down_as_png_keeping_its_aspect_ratio() {
     let f = Fixture::new();
+    f.write(
+        "big.png",
+        &encoded(&picture(3000, 2000), image::ImageFormat::Png),
+    );
+    let r = f.read(json!({"path": "big.png"})).await;
+    assert!(r.success, "{}", r.output);
+    assert_eq!(sent(&r), (image::ImageFormat::Png, 1568, 1045));
+    assert_eq!(r.images[0].mime_type, "image/png");
+    assert!(r.output.contains("PNG, 3000x2000 pixels"), "{}", r.output);
+    assert!(
+        r.output.contains("scaled down to 1568x1045 pixels (PNG"),
+        "{}",
+        r.output
+    );
+    let data = r.data.as_ref().unwrap();
+    assert_eq!(data["original"]["width"], 3000);
+    assert_eq!(data["scaled"], true);
+}
+
+#[tokio::test]
+async fn a_large_jpeg_is_scaled_down_as_jpeg() {
+    let f = Fixture::new();
+    f.write(
+        "wide.jpg",
+        &encoded(&picture(4000, 1000), image::ImageFormat::Jpeg),
+    );
+    let r = f.read(json!({"path": "wide.jpg"})).await;
+    assert!(r.success, "{}", r.output);
+    assert_eq!(sent(&r), (image::ImageFormat::Jpeg, 1568, 392));
+    assert_eq!(r.images[0].mime_type, "image/jpeg");
+    assert!(r.output.contains("JPEG, 4000x1000 pixels"), "{}", r.output);
+}
+
+#[tokio::test]
+async fn an_image_over_the_byte_cap_is_re_encoded_under_it() {
+    let f = Fixture::new();
+    // A 1x1 PNG followed by 6 MB of padding the decoder ignores.
     let mut big = png();
     big.resize(6_000_000, 0);
     f.write("big.png", &big);
     let r = f.read(json!({"path": "big.png"})).await;
-    assert!(!r.success);
-    assert!(r.output.contains("6000000 bytes"), "{}", r.output);
+    assert!(r.success, "{}", r.output);
+    assert!(
+        r.output.contains("6000000 bytes; scaled down to 1x1"),
+        "{}",
+        r.output
+    );
+    assert!(r.images[0].data.len() < 1000);
+}
+
+#[tokio::test]
+async fn a_decompression_bomb_is_refused_from_its_header_without_decoding() {
+    let f = Fixture::new();
+    // A PNG header claiming 100000x100000 RGBA pixels (40 GB decoded), and no data.
+    let mut bomb = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR".to_vec();
+    bomb.extend_from_slice(&100_000u32.to_be_bytes());
+    bomb.extend_from_slice(&100_000u32.to_be_bytes());
+    bomb.extend_from_slice(&[8, 6, 0, 0, 0, 0, 0, 0, 0]);
+    bomb.resize(6_000_000, 0);
+    f.write("bomb.png", &bomb);
+    let r = f.read(json!({"path": "bomb.png"})).await;
+    assert!(!r.success, "{}", r.output);
+    assert!(r.output.contains("100000x100000 pixels"), "{}", r.output);
+    assert!(r.output.contains("not decoded"), "{}", r.output);
+    assert!(r.output.contains("-resize"), "what to do: {}", r.output);
+    assert!(r.images.is_empty());
+}
+
+#[tokio::test]
+async fn a_large_image_that_cannot_be_decoded_is_refused_with_what_to_do() {
+    let f = Fixture::new();
+    // A JPEG's first bytes, then nothing a decoder can use.
+    let mut broken = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01".to_vec();
+    broken.resize(6_000_000, 0x55);
+    f.write("broken.jpg", &broken);
+    let r = f.read(json!({"path": "broken.jpg"})).await;
+    assert!(!r.success, "{}", r.output);
+    assert!(r.output.contains("cannot be decoded"), "{}", r.output);
     assert!(r.output.contains("-resize"), "{}", r.output);
     assert!(r.images.is_empty());
 }
@@ -272,4 +369,95 @@ async fn text_still_reads_as_numbered_lines() {
         f.read(json!({"path": "long.txt"})).await.output,
         "     1|first line of text\n     2|second\n"
     );
+}
+
+/// `dialect`'s `read_file` over the fixture's workspace.
+async fn dialect_read(
+    f: &Fixture,
+    dialect: toolyard_tools::dialect::Dialect,
+    args: Value,
+) -> ToolResult {
+    let tools = toolyard_tools::dialect::tools(&f.env, dialect).expect("tools");
+    let read = tools
+        .iter()
+        .find(|t| t.tool.name() == "read_file")
+        .expect("read_file");
+    assert!(
+        read.tool.returns_images(),
+        "{dialect} read_file declares images"
+    );
+    let ctx = ToolContext::new(f.env.workspace.root(), "read-media-test");
+    ToolResult::from(read.tool.invoke(args, &ctx).await)
+}
+
+#[tokio::test]
+async fn loom_and_loom_py_read_images_pdfs_and_notebooks_through_the_engine() {
+    use toolyard_tools::dialect::Dialect;
+    let f = Fixture::new();
+    f.write("dot.png", &png());
+    f.write("two.pdf", &pdf(2));
+    let nb = json!({
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+        "cells": [{"cell_type": "code", "execution_count": 1, "metadata": {},
+                   "source": "print('hi')",
+                   "outputs": [{"output_type": "stream", "name": "stdout", "text": "hi\n"}]}]
+    });
+    f.write("n.ipynb", nb.to_string().as_bytes());
+
+    // loom: its {path, contents, truncated} shape, the image block beside it.
+    let r = dialect_read(&f, Dialect::Loom, json!({"path": "dot.png"})).await;
+    assert!(r.success, "{}", r.output);
+    assert_eq!(r.images.len(), 1);
+    assert_eq!(r.images[0].data, PNG_1X1);
+    let data = r.data.clone().unwrap();
+    assert!(
+        data["contents"]
+            .as_str()
+            .unwrap()
+            .contains("PNG, 1x1 pixels"),
+        "{data}"
+    );
+    assert_eq!(data["truncated"], false);
+    let r = dialect_read(&f, Dialect::Loom, json!({"path": "two.pdf"})).await;
+    let contents = r.data.clone().unwrap()["contents"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(contents.contains("This is page 2"), "{contents}");
+    let r = dialect_read(&f, Dialect::Loom, json!({"path": "n.ipynb"})).await;
+    let contents = r.data.clone().unwrap()["contents"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        contents.contains("print('hi')") && contents.contains("hi"),
+        "{contents}"
+    );
+
+    // loom-py: text and data as the engine gives them.
+    let r = dialect_read(&f, Dialect::LoomPy, json!({"path": "dot.png"})).await;
+    assert!(r.success, "{}", r.output);
+    assert_eq!(r.images.len(), 1);
+    assert_eq!(r.data.clone().unwrap()["kind"], "image");
+    let r = dialect_read(&f, Dialect::LoomPy, json!({"path": "two.pdf"})).await;
+    assert!(r.output.contains("This is page 1"), "{}", r.output);
+    let r = dialect_read(&f, Dialect::LoomPy, json!({"path": "n.ipynb"})).await;
+    assert!(r.output.contains("print('hi')"), "{}", r.output);
+    let r = dialect_read(
+        &f,
+        Dialect::LoomPy,
+        json!({"path": "two.pdf", "line_range": [1, 2]}),
+    )
+    .await;
+    assert!(
+        !r.success && r.output.contains("line_range"),
+        "{}",
+        r.output
+    );
+    // Text is still each seed's own.
+    f.write("t.txt", b"one\ntwo\n");
+    let r = dialect_read(&f, Dialect::LoomPy, json!({"path": "t.txt"})).await;
+    assert_eq!(r.output, "one\ntwo\n");
+    let r = dialect_read(&f, Dialect::Loom, json!({"path": "t.txt"})).await;
+    assert_eq!(r.data.unwrap()["contents"], "one\ntwo\n");
 }

@@ -82,12 +82,15 @@ fn open_once(state: &StateDir, durability: Durability) -> rusqlite::Result<Conne
 }
 
 /// Make sure `component`'s tables are at `version`, creating them with `ddl` on first use.
-/// A database written by a newer Toolyard is refused rather than misread.
+/// An older database is upgraded in place: `migrations[i]` takes version `i + 1` to `i + 2`
+/// (run in one transaction, then `ddl`, which must only create what is missing). A database
+/// written by a newer Toolyard is refused rather than misread.
 pub(crate) fn ensure_schema(
     conn: &mut Connection,
     component: &str,
     version: i64,
     ddl: &str,
+    migrations: &[&str],
 ) -> Result<(), ToolError> {
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -107,7 +110,14 @@ pub(crate) fn ensure_schema(
                 "state.db holds {component} schema version {v}, newer than this Toolyard understands ({version}); upgrade Toolyard or set TOOLYARD_STATE_DIR elsewhere"
             )));
         }
-        _ => {
+        found => {
+            if let Some(from) = found {
+                let first = usize::try_from(from.max(1) - 1).unwrap_or(0);
+                for step in migrations.iter().skip(first) {
+                    tx.execute_batch(step).map_err(db_err)?;
+                }
+                tracing::info!(component, from, to = version, "upgraded the state database");
+            }
             tx.execute_batch(ddl).map_err(db_err)?;
             tx.execute(
                 "INSERT INTO toolyard_schema (component, version) VALUES (?1, ?2)

@@ -26,7 +26,7 @@
 //! let path = ws.locate("notes.txt", ws.root()).unwrap();
 //! std::fs::write(ws.absolute(&path), "before\r\n").unwrap();
 //! let new_hash = hash_bytes(b"after\n");
-//! let change = NewChange { session: "s1", call_id: "c1", tool: "write_file", path: &path, new_hash: &new_hash };
+//! let change = NewChange { session: "s1", call_id: "c1", tool: "write_file", path: &path, new_hash: &new_hash, group: None };
 //! // 1. record and commit the old content
 //! let id = journal.record(&ws, change).unwrap();
 //! // 2. write under a compare-and-swap on the recorded content
@@ -75,7 +75,9 @@ pub const UNDO_TOOL: &str = "undo";
 const PRUNE_EVERY: u64 = 64;
 /// How long [`Journal::recover`] waits for another process's recovery to end.
 const OWNER_WAIT: Duration = Duration::from_secs(30);
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
+/// Upgrades of older databases: version 1 had no groups.
+const MIGRATIONS: &[&str] = &["ALTER TABLE journal_changes ADD COLUMN grp INTEGER;"];
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS journal_changes (
     id        INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused, even after pruning
@@ -91,8 +93,10 @@ CREATE TABLE IF NOT EXISTS journal_changes (
     new_hash  TEXT,                              -- NULL: the change removes the file
     status    TEXT    NOT NULL CHECK (status IN ('pending', 'done', 'failed')),
     undoes    INTEGER,                           -- set on an undo: the change it reverts
-    undone_by INTEGER                            -- set while an undo of this change is in effect
+    undone_by INTEGER,                           -- set while an undo of this change is in effect
+    grp       INTEGER                            -- the first change of the call that made several
 );
+CREATE INDEX IF NOT EXISTS journal_changes_grp ON journal_changes (grp);
 CREATE INDEX IF NOT EXISTS journal_changes_session ON journal_changes (session, id);
 CREATE INDEX IF NOT EXISTS journal_changes_path ON journal_changes (path, id);
 CREATE INDEX IF NOT EXISTS journal_changes_status ON journal_changes (status);
@@ -104,7 +108,7 @@ CREATE TABLE IF NOT EXISTS journal_chunks (
 );
 ";
 const COLUMNS: &str = "id, session, call_id, tool, path, time, existed, old_hash, old_mode, \
-                       old_bytes, new_hash, status, undoes, undone_by";
+                       old_bytes, new_hash, status, undoes, undone_by, grp";
 
 /// The id of a journaled change (shown to the model and the user as a plain number).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -206,6 +210,9 @@ pub struct Change {
     pub undoes: Option<ChangeId>,
     /// The undo currently in effect over this change, if any.
     pub undone_by: Option<ChangeId>,
+    /// The group of changes one call made together (the id of its first change), undone and
+    /// redone together; `None` for a change made alone.
+    pub group: Option<ChangeId>,
 }
 
 /// A mutation about to happen, as given to [`Journal::record`].
@@ -221,6 +228,9 @@ pub struct NewChange<'a> {
     pub path: &'a RelPath,
     /// The hash of the content about to be written.
     pub new_hash: &'a str,
+    /// The first change of the same call, when the call changes several files: the changes
+    /// of one group are undone together, all or none (see [`Journal::undo_group`]).
+    pub group: Option<ChangeId>,
 }
 
 /// The previous state of a file as another process read it (a remote runner, whose workspace
@@ -318,6 +328,7 @@ struct Pending<'a> {
     path: &'a RelPath,
     new_hash: Option<&'a str>,
     undoes: Option<ChangeId>,
+    group: Option<ChangeId>,
 }
 
 impl Journal {
@@ -329,7 +340,7 @@ impl Journal {
     /// Open the journal with the given retention, and apply it.
     pub fn open_with(state: &StateDir, config: &JournalConfig) -> Result<Self, ToolError> {
         let mut conn = db::open(state, Durability::Full)?;
-        db::ensure_schema(&mut conn, "journal", SCHEMA_VERSION, SCHEMA)?;
+        db::ensure_schema(&mut conn, "journal", SCHEMA_VERSION, SCHEMA, MIGRATIONS)?;
         let journal = Self {
             conn: Mutex::new(conn),
             max_changes: JournalConfig::limit(config.max_changes, DEFAULT_MAX_CHANGES),
@@ -357,6 +368,7 @@ impl Journal {
                 path: change.path,
                 new_hash: Some(change.new_hash),
                 undoes: None,
+                group: change.group,
             },
         )?;
         Ok(rec.id)
@@ -377,6 +389,7 @@ impl Journal {
             path: change.path,
             new_hash: Some(change.new_hash),
             undoes: None,
+            group: change.group,
         };
         let mut bytes = pre.content;
         let content = bytes.as_mut().map(|b| b as &mut dyn Read);
@@ -387,7 +400,7 @@ impl Journal {
     }
 
     /// Like [`Journal::record`] for a change that removes `path`: its new state is "absent", so
-    /// undoing it writes the recorded content and mode back.
+    /// undoing it writes the recorded content and mode back. `group` as in [`NewChange::group`].
     pub fn record_removal(
         &self,
         ws: &Workspace,
@@ -395,6 +408,7 @@ impl Journal {
         call_id: &str,
         tool: &str,
         path: &RelPath,
+        group: Option<ChangeId>,
     ) -> Result<ChangeId, ToolError> {
         let rec = self.record_pending(
             ws,
@@ -405,6 +419,7 @@ impl Journal {
                 path,
                 new_hash: None,
                 undoes: None,
+                group,
             },
         )?;
         Ok(rec.id)
@@ -430,6 +445,7 @@ impl Journal {
                 path: change.path,
                 new_hash: Some(change.new_hash),
                 undoes: None,
+                group: change.group,
             },
         )?;
         // Check against what was recorded, not only at rename time: if the file changed and
@@ -572,10 +588,32 @@ impl Journal {
             .then(|| ChunkReader::new(&self.conn, &change)))
     }
 
+    /// The changes undone together with change `id`: its group, newest first (just `id` when
+    /// it was made alone).
+    pub fn group_of(&self, id: ChangeId) -> Result<Vec<Change>, ToolError> {
+        let change = self.get(id)?;
+        let Some(group) = change.group else {
+            return Ok(vec![change]);
+        };
+        let conn = db::lock(&self.conn);
+        let mut st = conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM journal_changes WHERE grp = ?1 ORDER BY id DESC"
+            ))
+            .map_err(db_err)?;
+        let rows = st
+            .query_map(params![group.0], change_from_row)
+            .map_err(db_err)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(db_err)
+    }
+
     /// Restore `path` to its content before change `id`: exact bytes and mode, or remove it if
     /// the change created it. Refused with `Conflict` if the file changed since the change (or
     /// the change was already undone) unless `force`. The undo is journaled as a change of tool
     /// `undo` by `session`/`call_id`; undoing that change redoes `id`.
+    ///
+    /// Only for a change made alone: a change of a group is refused (undo its group with
+    /// [`Journal::undo_group`], so one call's changes are never split).
     pub fn undo(
         &self,
         ws: &Workspace,
@@ -584,7 +622,124 @@ impl Journal {
         call_id: &str,
         force: bool,
     ) -> Result<UndoOutcome, ToolError> {
+        let members = self.group_of(id)?;
+        if members.len() > 1 {
+            return Err(ToolError::Conflict(format!(
+                "change {id} is one of {} changes one {} call made together; undo them together (the `undo` tool and `toolyard undo` do)",
+                members.len(),
+                members[0].tool
+            )));
+        }
         let target = self.get(id)?;
+        let (path, current, forced) = Self::check_undoable(ws, &target, force)?;
+        self.undo_checked(ws, target, path, current, forced, session, call_id, None)
+    }
+
+    /// Undo change `id` and every other change of its group (see [`NewChange::group`]),
+    /// newest first, each under a compare-and-swap: all or none. Every change is checked before
+    /// any file is touched, so if one file changed since (or one change is already undone) the
+    /// whole undo is refused, naming it, unless `force`; if a file changes during the undo, the
+    /// files already restored are put back. The undos form a group of their own, so undoing
+    /// any of them redoes the whole group. Changes whose write never happened are skipped.
+    pub fn undo_group(
+        &self,
+        ws: &Workspace,
+        id: ChangeId,
+        session: &str,
+        call_id: &str,
+        force: bool,
+    ) -> Result<Vec<UndoOutcome>, ToolError> {
+        let members = self.group_of(id)?;
+        if members.len() <= 1 {
+            return self.undo(ws, id, session, call_id, force).map(|o| vec![o]);
+        }
+        let count = members.len();
+        let names: Vec<&str> = members.iter().map(|m| m.path.as_str()).collect();
+        let whole = |e: ToolError| match e {
+            ToolError::Conflict(m) => ToolError::Conflict(format!(
+                "{m}. Change {id} is one of the {count} changes one {} call made together ({}); they are undone together, so nothing was undone",
+                members[0].tool,
+                names.join(", ")
+            )),
+            other => other,
+        };
+        let mut checked = Vec::with_capacity(count);
+        for m in &members {
+            if m.status == ChangeStatus::Failed {
+                continue;
+            }
+            let (path, current, forced) = Self::check_undoable(ws, m, force).map_err(whole)?;
+            checked.push((m.clone(), path, current, forced));
+        }
+        let mut done: Vec<UndoOutcome> = Vec::with_capacity(checked.len());
+        let mut first: Option<ChangeId> = None;
+        for (target, path, current, forced) in checked {
+            let shown = target.path.clone();
+            match self.undo_checked(ws, target, path, current, forced, session, call_id, first) {
+                Ok(out) => {
+                    first.get_or_insert(out.undo);
+                    done.push(out);
+                }
+                Err(e) => {
+                    let left = self.put_back(ws, &done, session, call_id);
+                    let outcome = if left.is_empty() {
+                        "the files already restored were put back, so nothing changed".to_string()
+                    } else {
+                        format!(
+                            "putting back the files already restored failed for {}; see `toolyard log`",
+                            left.join(", ")
+                        )
+                    };
+                    return Err(ToolError::Conflict(format!(
+                        "undoing change {id} stopped at {shown}: {e}; {outcome}"
+                    )));
+                }
+            }
+        }
+        if done.is_empty() {
+            return Err(ToolError::Conflict(format!(
+                "change {id} and its group failed: their writes never happened, so there is nothing to undo"
+            )));
+        }
+        Ok(done)
+    }
+
+    /// Revert the undos in `done` (newest first); returns the paths that could not be.
+    fn put_back(
+        &self,
+        ws: &Workspace,
+        done: &[UndoOutcome],
+        session: &str,
+        call_id: &str,
+    ) -> Vec<String> {
+        let mut left = Vec::new();
+        let mut first = None;
+        for out in done.iter().rev() {
+            let again = self.get(out.undo).and_then(|target| {
+                let (path, current, forced) = Self::check_undoable(ws, &target, false)?;
+                self.undo_checked(ws, target, path, current, forced, session, call_id, first)
+            });
+            match again {
+                Ok(o) => {
+                    first.get_or_insert(o.undo);
+                }
+                Err(e) => {
+                    tracing::warn!(change = %out.undo, error = %e, "could not put back a file of a failed group undo");
+                    left.push(out.path.clone());
+                }
+            }
+        }
+        left
+    }
+
+    /// Whether `target` can be undone now: its path, the file's current hash, and whether
+    /// `force` overrode a conflict.
+    fn check_undoable(
+        ws: &Workspace,
+        target: &Change,
+        force: bool,
+    ) -> Result<(RelPath, Option<ContentHash>, bool), ToolError> {
+        let id = target.id;
         match target.status {
             ChangeStatus::Done => {}
             ChangeStatus::Pending => {
@@ -623,7 +778,23 @@ impl Journal {
             }
             forced = true;
         }
+        Ok((path, current, forced))
+    }
 
+    /// Undo `target`, checked by [`Journal::check_undoable`]; the undo joins `group`.
+    #[allow(clippy::too_many_arguments)]
+    fn undo_checked(
+        &self,
+        ws: &Workspace,
+        target: Change,
+        path: RelPath,
+        current: Option<ContentHash>,
+        forced: bool,
+        session: &str,
+        call_id: &str,
+        group: Option<ChangeId>,
+    ) -> Result<UndoOutcome, ToolError> {
+        let id = target.id;
         let rec = self.record_pending(
             ws,
             Pending {
@@ -633,6 +804,7 @@ impl Journal {
                 path: &path,
                 new_hash: target.old_hash.as_deref(),
                 undoes: Some(id),
+                group,
             },
         )?;
         if rec.old_hash != current {
@@ -832,9 +1004,10 @@ impl Journal {
             let tx = immediate(&mut conn)?;
             tx.execute(
                 "INSERT INTO journal_changes
-                 (session, call_id, tool, path, time, existed, old_mode, new_hash, status, undoes)
+                 (session, call_id, tool, path, time, existed, old_mode, new_hash, status, undoes,
+                  grp)
                  VALUES (?1, ?2, ?3, ?4, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?5, ?6, ?7,
-                         'pending', ?8)",
+                         'pending', ?8, ?9)",
                 params![
                     p.session,
                     p.call_id,
@@ -844,10 +1017,20 @@ impl Journal {
                     mode,
                     p.new_hash,
                     p.undoes.map(|c| c.0),
+                    p.group.map(|c| c.0),
                 ],
             )
             .map_err(db_err)?;
             let id = ChangeId(tx.last_insert_rowid());
+            // A group is tagged on its first change only once a second one joins: a call that
+            // changes one file leaves a plain change.
+            if let Some(first) = p.group {
+                tx.execute(
+                    "UPDATE journal_changes SET grp = ?1 WHERE id = ?1 AND grp IS NULL",
+                    params![first.0],
+                )
+                .map_err(db_err)?;
+            }
             let old_hash = match content.as_mut() {
                 Some(f) => Some(store_content(&tx, id, *f, read_err)?),
                 None => None,
@@ -1196,6 +1379,7 @@ fn change_from_row(r: &Row<'_>) -> rusqlite::Result<Change> {
         status,
         undoes: r.get::<_, Option<i64>>(12)?.map(ChangeId),
         undone_by: r.get::<_, Option<i64>>(13)?.map(ChangeId),
+        group: r.get::<_, Option<i64>>(14)?.map(ChangeId),
     })
 }
 

@@ -70,7 +70,7 @@ impl Ledger {
     pub fn open_with(state: &StateDir, limits: LedgerLimits) -> Result<Self, ToolError> {
         // A lost ledger update after a power cut only asks the model to re-read: NORMAL will do.
         let mut conn = db::open(state, Durability::Normal)?;
-        db::ensure_schema(&mut conn, "ledger", SCHEMA_VERSION, SCHEMA)?;
+        db::ensure_schema(&mut conn, "ledger", SCHEMA_VERSION, SCHEMA, &[])?;
         let ledger = Self {
             conn: Mutex::new(conn),
             limits,

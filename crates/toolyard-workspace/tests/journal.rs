@@ -83,7 +83,7 @@ fn undo_of_a_removal_restores_the_file_and_its_mode() {
     fx.put("gone.sh", b"#!/bin/sh\r\necho hi\r\n", 0o755);
     let rel = fx.rel("gone.sh");
     let id = j
-        .record_removal(&fx.ws, "s", "c1", "apply_patch", &rel)
+        .record_removal(&fx.ws, "s", "c1", "apply_patch", &rel, None)
         .unwrap();
     let change = j.get(id).unwrap();
     assert!(change.existed);
@@ -226,6 +226,7 @@ fn a_stale_write_is_refused_marked_failed_and_cannot_be_undone() {
         tool: "edit_file",
         path: &rel,
         new_hash: &new_hash,
+        group: None,
     };
     let e = j
         .apply(
@@ -259,6 +260,7 @@ fn a_pending_change_cannot_be_undone_and_mark_failed_after_done_conflicts() {
                 tool: "write_file",
                 path: &rel,
                 new_hash: &h,
+                group: None,
             },
         )
         .unwrap();
@@ -293,6 +295,7 @@ fn recover_settles_pending_changes_by_the_file_content() {
                 tool: "write_file",
                 path: &rel,
                 new_hash: &h,
+                group: None,
             },
         )
         .unwrap()
@@ -343,6 +346,7 @@ fn recover_completes_an_interrupted_undo_and_links_it() {
                 tool: "undo",
                 path: &rel,
                 new_hash: &old_hash,
+                group: None,
             },
         )
         .unwrap();
@@ -385,6 +389,7 @@ fn mid_write(fx: &Fixture, j: &Journal, p: &str, tmp: &str) -> ChangeId {
                 tool: "write_file",
                 path: &rel,
                 new_hash: &new_hash,
+                group: None,
             },
         )
         .unwrap();
@@ -615,6 +620,7 @@ fn recording_a_fifo_is_refused_instead_of_blocking() {
                 tool: "write_file",
                 path: &rel,
                 new_hash: &h,
+                group: None,
             },
         )
         .unwrap_err();
@@ -751,6 +757,7 @@ fn a_shipped_pre_image_is_journaled_without_reading_this_disk() {
         tool: "edit_file",
         path: &path,
         new_hash: &new_hash,
+        group: None,
     };
     let old = b"old remote text\r\n";
     let id = j
@@ -788,4 +795,117 @@ fn a_shipped_pre_image_is_journaled_without_reading_this_disk() {
         .unwrap();
     let c = j.get(created).unwrap();
     assert!(!c.existed && c.old_hash.is_none());
+}
+
+/// Three changes of one call (two writes and a removal) after an unrelated one.
+fn grouped(fx: &Fixture, j: &Journal) -> [ChangeId; 3] {
+    fx.put("a.txt", b"a0\n", 0o644);
+    fx.put("b.sh", b"b0\r\n", 0o755);
+    fx.put("c.txt", b"c0", 0o600);
+    fx.write(j, "s", "alone.txt", b"alone\n");
+    let a = fx.write_in(j, "s", "a.txt", b"a1\n", None);
+    let b = fx.write_in(j, "s", "b.sh", b"b1\n", Some(a));
+    let rel = fx.rel("c.txt");
+    let c = j
+        .record_removal(&fx.ws, "s", "call", "apply_patch", &rel, Some(a))
+        .unwrap();
+    fx.ws.remove_file(&rel).unwrap();
+    j.mark_done(c).unwrap();
+    [a, b, c]
+}
+
+#[test]
+fn a_group_is_undone_and_redone_together_newest_first() {
+    let fx = Fixture::new();
+    let j = Journal::open(&fx.state).unwrap();
+    let [a, b, c] = grouped(&fx, &j);
+    // The first change is tagged once a second joins; the unrelated one stays alone.
+    for id in [a, b, c] {
+        assert_eq!(j.get(id).unwrap().group, Some(a), "{id}");
+    }
+    assert_eq!(j.get(ChangeId(a.0 - 1)).unwrap().group, None);
+    let members: Vec<ChangeId> = j.group_of(b).unwrap().iter().map(|m| m.id).collect();
+    assert_eq!(members, vec![c, b, a], "newest first");
+
+    // Any member names the whole group.
+    let undone = j.undo_group(&fx.ws, b, "s", "u", false).unwrap();
+    let order: Vec<ChangeId> = undone.iter().map(|o| o.undone).collect();
+    assert_eq!(order, vec![c, b, a]);
+    assert_eq!(fx.bytes("a.txt").unwrap(), b"a0\n");
+    assert_eq!(fx.bytes("b.sh").unwrap(), b"b0\r\n");
+    assert_eq!(fx.bytes("c.txt").unwrap(), b"c0");
+    assert_eq!((fx.mode("b.sh"), fx.mode("c.txt")), (0o755, 0o600));
+    assert_eq!(
+        fx.bytes("alone.txt").unwrap(),
+        b"alone\n",
+        "not in the group"
+    );
+    // The undos are a group of their own: undoing one redoes all.
+    let redo = j
+        .undo_group(&fx.ws, undone[2].undo, "s", "r", false)
+        .unwrap();
+    assert_eq!(redo.len(), 3);
+    assert!(redo.iter().all(|o| o.redo));
+    assert_eq!(fx.bytes("a.txt").unwrap(), b"a1\n");
+    assert_eq!(fx.bytes("b.sh").unwrap(), b"b1\n");
+    assert_eq!(fx.bytes("c.txt"), None);
+    // After the redo the group is current again: the session's last change is in it.
+    let last = j.last_of_session("s").unwrap().unwrap();
+    assert_eq!(last.group, Some(a));
+}
+
+#[test]
+fn a_group_undo_refuses_whole_when_one_file_changed_and_a_member_alone_is_refused() {
+    let fx = Fixture::new();
+    let j = Journal::open(&fx.state).unwrap();
+    let [a, b, _] = grouped(&fx, &j);
+    fx.put("b.sh", b"edited by hand\n", 0o755);
+    let e = j.undo_group(&fx.ws, a, "s", "u", false).unwrap_err();
+    let msg = e.to_string();
+    assert_eq!(e.kind(), "conflict");
+    assert!(msg.contains("b.sh changed since"), "{msg}");
+    assert!(msg.contains("nothing was undone"), "{msg}");
+    assert_eq!(fx.bytes("a.txt").unwrap(), b"a1\n", "untouched");
+    assert_eq!(fx.bytes("c.txt"), None, "untouched");
+    let undos = j
+        .list(&ChangeFilter::default())
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.undoes.is_some())
+        .count();
+    assert_eq!(undos, 0, "nothing journaled");
+    // One change of a group cannot be undone alone.
+    let e = j.undo(&fx.ws, b, "s", "u", true).unwrap_err();
+    assert!(e.to_string().contains("undo them together"), "{e}");
+    // force overrides, for the whole group.
+    let undone = j.undo_group(&fx.ws, a, "s", "u", true).unwrap();
+    assert_eq!(undone.len(), 3);
+    assert_eq!(fx.bytes("b.sh").unwrap(), b"b0\r\n");
+}
+
+#[test]
+fn a_version_1_journal_is_upgraded_in_place() {
+    let fx = Fixture::new();
+    let id = {
+        let j = Journal::open(&fx.state).unwrap();
+        fx.put("old.txt", b"before\n", 0o644);
+        fx.write(&j, "s", "old.txt", b"after\n")
+    };
+    // Make the database what version 1 wrote: no grp column.
+    {
+        let conn = rusqlite::Connection::open(fx.state.db_path()).unwrap();
+        conn.execute_batch(
+            "DROP INDEX journal_changes_grp;
+             ALTER TABLE journal_changes DROP COLUMN grp;
+             UPDATE toolyard_schema SET version = 1 WHERE component = 'journal';",
+        )
+        .unwrap();
+    }
+    let j = Journal::open(&fx.state).unwrap();
+    assert_eq!(j.get(id).unwrap().group, None);
+    let a = fx.write_in(&j, "s", "x.txt", b"x", None);
+    fx.write_in(&j, "s", "y.txt", b"y", Some(a));
+    assert_eq!(j.group_of(a).unwrap().len(), 2);
+    j.undo_group(&fx.ws, id, "s", "u", false).unwrap();
+    assert_eq!(fx.bytes("old.txt").unwrap(), b"before\n");
 }

@@ -65,6 +65,7 @@ fn crash_child() {
             tool: "write_file",
             path: &rel,
             new_hash: &h,
+            group: None,
         };
         j.apply(&ws, change, &mut &new[..], &expect, None).unwrap();
     }

@@ -512,10 +512,13 @@ fn log(args: LogArgs) -> Result<ExitCode> {
             (None, false) => "created".to_string(),
             (None, true) => "modified".to_string(),
         };
-        let undone = c
+        let mut undone = c
             .undone_by
             .map(|u| format!(" (undone by #{})", u.0))
             .unwrap_or_default();
+        if let Some(g) = c.group {
+            undone.push_str(&format!(" (group #{}: undone together)", g.0));
+        }
         out!(
             "#{:<5} {} {:<8} {:<12} {:<10} {} [{}]{}",
             c.id.0,
@@ -561,15 +564,18 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
                 )
             })?,
     };
-    match journal.undo(&ws, id, "cli", "cli-undo", args.force) {
-        Ok(out) => {
-            let what = if out.removed { "removed" } else { "restored" };
-            out!(
-                "undid change #{}: {what} {} (this undo is change #{})",
-                id.0,
-                out.path,
-                out.undo.0
-            );
+    // The changes one call made together (an apply_patch) are undone together.
+    match journal.undo_group(&ws, id, "cli", "cli-undo", args.force) {
+        Ok(undone) => {
+            for out in &undone {
+                let what = if out.removed { "removed" } else { "restored" };
+                out!(
+                    "undid change #{}: {what} {} (this undo is change #{})",
+                    out.undone.0,
+                    out.path,
+                    out.undo.0
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

@@ -194,6 +194,135 @@ fn undo_restores_the_file_mode() {
     assert_eq!(mode(&p), 0o751, "undo restores the recorded mode");
 }
 
+/// Every file under the workspace with its bytes and mode, for exact before/after checks.
+fn tree(root: &Path) -> Vec<(String, Vec<u8>, u32)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>, u32)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().display().to_string();
+                out.push((rel, std::fs::read(&p).unwrap(), mode(&p)));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out.sort();
+    out
+}
+
+/// A patch that updates two files, adds one, deletes one and moves one (with a change), over
+/// files with distinct modes, a CRLF file and one without a final newline.
+fn five_file_patch(e: &Env) -> String {
+    let files: [(&str, &[u8], u32); 5] = [
+        ("one.txt", b"alpha\nbeta\n", 0o644),
+        ("two.sh", b"#!/bin/sh\r\necho two\r\n", 0o751),
+        ("gone.txt", b"to be deleted\nno final newline", 0o600),
+        ("src/old.rs", b"fn old() {}\n", 0o640),
+        ("add.txt", b"", 0o644),
+    ];
+    for (rel, bytes, m) in files {
+        if rel == "add.txt" {
+            continue;
+        }
+        let p = e.path(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, bytes).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+    "*** Begin Patch\n\
+     *** Update File: one.txt\n@@\n alpha\n-beta\n+BETA\n\
+     *** Update File: two.sh\n@@\n-echo two\n+echo TWO\n\
+     *** Add File: add.txt\n+added\n\
+     *** Delete File: gone.txt\n\
+     *** Update File: src/old.rs\n*** Move to: src/new.rs\n@@\n-fn old() {}\n+fn new() {}\n\
+     *** End Patch\n"
+        .to_string()
+}
+
+#[test]
+fn one_undo_reverts_a_whole_patch_and_one_undo_of_that_redoes_it() {
+    let e = env();
+    let patch = five_file_patch(&e);
+    let before = tree(&e.ws);
+    let (v, out) = e.call(
+        "apply_patch",
+        &json!({ "input": patch }),
+        &["--dialect", "codex"],
+    );
+    assert_eq!(v["success"], true, "{}", text(&out));
+    let after = tree(&e.ws);
+    assert_ne!(after, before);
+    assert_eq!(e.bytes("two.sh"), b"#!/bin/sh\r\necho TWO\r\n");
+    assert!(!e.path("gone.txt").exists() && !e.path("src/old.rs").exists());
+
+    // One undo, in a later process: all five operations reverted, bytes and modes exact.
+    let v = e.ok("undo", json!({}));
+    assert_eq!(tree(&e.ws), before, "one undo restores every file: {v}");
+    let files = v["data"]["files"]
+        .as_array()
+        .expect("a group undo lists its files");
+    assert_eq!(
+        files.len(),
+        6,
+        "five operations, six paths (a move is two): {v}"
+    );
+
+    // Undoing the undo redoes the whole patch, exactly.
+    let undo = v["data"]["undo"].as_i64().unwrap();
+    e.ok("undo", json!({ "change_id": undo }));
+    assert_eq!(tree(&e.ws), after, "one redo brings the whole patch back");
+
+    // The CLI undoes the whole patch too.
+    let o = e.run(&["undo", "--session", "cli"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        tree(&e.ws),
+        before,
+        "`toolyard undo` reverts the whole patch"
+    );
+}
+
+#[test]
+fn undo_of_a_patch_refuses_whole_when_one_file_changed_since() {
+    let e = env();
+    let patch = five_file_patch(&e);
+    let (v, out) = e.call(
+        "apply_patch",
+        &json!({ "input": patch }),
+        &["--dialect", "codex"],
+    );
+    assert_eq!(v["success"], true, "{}", text(&out));
+    // Someone edits one of the patched files by hand.
+    std::fs::write(e.path("two.sh"), "#!/bin/sh\necho edited by hand\n").unwrap();
+    let edited = tree(&e.ws);
+
+    let (v, out) = e.call("undo", &json!({}), &[]);
+    assert_eq!(v["success"], false, "{}", text(&out));
+    assert_eq!(v["error_kind"], "conflict");
+    let msg = v["output"].as_str().unwrap();
+    assert!(
+        msg.contains("two.sh changed since"),
+        "names the file: {msg}"
+    );
+    assert!(msg.contains("nothing was undone"), "{msg}");
+    assert_eq!(tree(&e.ws), edited, "the refused undo changed nothing");
+
+    let o = e.run(&["undo"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("two.sh changed since"), "{}", text(&o));
+    assert_eq!(tree(&e.ws), edited, "the refused CLI undo changed nothing");
+    // Nothing was journaled as undone: every change of the patch is still current.
+    let log = e.log();
+    assert!(
+        log.iter()
+            .all(|c| c["undone_by"].is_null() && c["tool"] == "apply_patch"),
+        "{log:?}"
+    );
+}
+
 #[test]
 fn undo_works_across_restarts_through_the_tool_and_the_cli() {
     let e = env();

@@ -20,7 +20,7 @@ use toolyard_workspace::{ChangeFilter, ChangeStatus, Expect, RelPath, hash_bytes
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
-use crate::files::{apply_edit, commit_write, expect_for_write, read_tracked};
+use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
 
 /// Lines of context around an edit in the snippet shown after it (the reference's
 /// `SNIPPET_LINES`).
@@ -458,12 +458,10 @@ impl TextEditor {
         if reps.len() > 1 {
             // Lines in the original: each earlier replacement shifted later ones by the
             // difference in line count.
-            let delta = new.matches('\n').count() as i64 - old.matches('\n').count() as i64;
-            let lines: Vec<String> = reps
+            let lines: Vec<String> = lines_before(&reps, old, new)
                 .iter()
-                .enumerate()
                 .take(20)
-                .map(|(k, r)| (r.line as i64 - k as i64 * delta).to_string())
+                .map(usize::to_string)
                 .collect();
             return Err(said(
                 "conflict",
@@ -566,9 +564,10 @@ impl TextEditor {
                 format!("No edit history found for {shown}."),
             ));
         };
-        let out = local
+        // A change one call made with others (a patch) is undone with them, all or none.
+        let undone = local
             .journal
-            .undo(
+            .undo_group(
                 &local.workspace,
                 last.id,
                 &ctx.session_id,
@@ -576,27 +575,48 @@ impl TextEditor {
                 false,
             )
             .map_err(|e| translate(e, shown, true))?;
-        let restored = RelPath::from_normalized(&out.path);
-        local.set_view(&ctx.session_id, &restored, out.new_hash.as_deref());
+        for o in &undone {
+            let rel = RelPath::from_normalized(&o.path);
+            local.set_view(&ctx.session_id, &rel, o.new_hash.as_deref());
+        }
+        let Some(out) = undone.iter().find(|o| o.undone == last.id) else {
+            return Err(said(
+                "not_found",
+                format!("No edit history found for {shown}."),
+            ));
+        };
+        let others: Vec<&str> = undone
+            .iter()
+            .filter(|o| o.undone != last.id)
+            .map(|o| o.path.as_str())
+            .collect();
+        let also = if others.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " The same call had also changed {}; those changes were undone with it.",
+                others.join(", ")
+            )
+        };
         let text = if out.removed {
             format!(
-                "Last edit to {shown} undone successfully. That edit had created the file, so it was removed."
+                "Last edit to {shown} undone successfully. That edit had created the file, so it was removed.{also}"
             )
         } else {
             let content = local
                 .workspace
-                .read(&restored)
+                .read(&RelPath::from_normalized(&out.path))
                 .map_err(|e| translate(e, shown, false))?;
             let text = String::from_utf8_lossy(&content);
             let body = numbered(&lines_of(&text), 1);
             let (body, _) = clip_chars(&body, ctx.max_output_bytes);
             format!(
-                "Last edit to {shown} undone successfully. Here's the result of running `cat -n` on {shown}:\n{body}\n"
+                "Last edit to {shown} undone successfully.{also} Here's the result of running `cat -n` on {shown}:\n{body}\n"
             )
         };
         Ok(ToolResult::ok(text)
             .with_data(json!({"path": out.path, "undone": last.id.0, "removed": out.removed}))
-            .with_files_changed(vec![out.path.clone()]))
+            .with_files_changed(undone.iter().map(|o| o.path.clone()).collect()))
     }
 }
 

@@ -18,7 +18,7 @@ use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed
 use toolyard_workspace::{Expect, hash_bytes};
 
 use crate::ToolEnv;
-use crate::files::{apply_edit, commit_write, expect_for_write, read_tracked};
+use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
 
 /// Lines `Read` shows when `limit` is not given.
 const DEFAULT_LINES: usize = 2000;
@@ -362,22 +362,36 @@ fn apply_all(shown: &str, content: &[u8], edits: &[EditOp]) -> Result<(Vec<u8>, 
         }
         let (next, reps) =
             apply_edit(shown, &cur, &op.old_string, &op.new_string, true).map_err(|e| match e {
-                ToolError::NotFound(_) => (
-                    "not_found",
-                    format!(
-                        "String to replace not found in file.{which}\nString: {}",
-                        op.old_string
-                    ),
-                ),
+                ToolError::NotFound(msg) => {
+                    // Claude Code's sentence, then the engine's nearest lines with their
+                    // numbers, so the retry can aim at the right place.
+                    let detail = msg
+                        .split_once(". ")
+                        .map(|(_, r)| r.replace("read_file", "Read"))
+                        .unwrap_or_default();
+                    (
+                        "not_found",
+                        format!(
+                            "String to replace not found in file.{which}\nString: {}\n{detail}",
+                            op.old_string
+                        ),
+                    )
+                }
                 e => (e.kind(), format!("{e}{which}")),
             })?;
         if reps.len() > 1 && !op.replace_all {
             return Err((
                 "conflict",
                 format!(
-                    "Found {} matches of the string to replace, but replace_all is false. To replace all occurrences, set replace_all to true. To replace only one occurrence, please provide more context to uniquely identify the instance.{which}\nString: {}",
+                    "Found {} matches of the string to replace, but replace_all is false. To replace all occurrences, set replace_all to true. To replace only one occurrence, please provide more context to uniquely identify the instance.{which}\nString: {}\nThe matches start at lines {}.",
                     reps.len(),
-                    op.old_string
+                    op.old_string,
+                    lines_before(&reps, &op.old_string, &op.new_string)
+                        .iter()
+                        .take(20)
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         }

@@ -20,7 +20,7 @@ use toolyard_workspace::{Expect, hash_bytes};
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
-use crate::files::{apply_edit, commit_write, expect_for_write, read_tracked};
+use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
 use crate::search::{GlobQuery, PathGlob};
 
 /// The first of the names a model may have used for one argument, or an error naming them.
@@ -155,23 +155,54 @@ pub struct GlobArgs {
     pub dir_path: Option<String>,
     /// Older name of `dir_path`.
     pub path: Option<String>,
-    /// Accepted for compatibility; matching is case-sensitive.
-    #[allow(dead_code)] // accepted so a model's call is not refused; nothing to do with it
+    /// Whether the match is case-sensitive (default false).
     pub case_sensitive: Option<bool>,
-    /// Accepted for compatibility; .gitignore is always respected.
-    #[allow(dead_code)] // accepted so a model's call is not refused; nothing to do with it
+    /// Whether files .gitignore ignores are left out (default true).
     pub respect_git_ignore: Option<bool>,
     /// Accepted for compatibility; .gitignore and .ignore files are always respected.
     #[allow(dead_code)] // accepted so a model's call is not refused; nothing to do with it
     pub respect_gemini_ignore: Option<bool>,
 }
 
-fn shape_glob(a: GlobArgs) -> Result<Value, ToolError> {
-    let mut call = json!({ "pattern": a.pattern });
-    if let Some(p) = a.dir_path.or(a.path) {
-        call["path"] = json!(p);
+/// Gemini's `glob`: the engine's glob with Gemini's switches (case-insensitive and .gitignore
+/// respected unless told otherwise).
+struct Glob {
+    env: Arc<ToolEnv>,
+}
+
+#[async_trait]
+impl TypedTool for Glob {
+    type Args = GlobArgs;
+
+    fn name(&self) -> &str {
+        "glob"
     }
-    Ok(call)
+
+    fn description(&self) -> &str {
+        "Finds files matching a glob pattern (e.g. `src/**/*.ts`) under dir_path (or the older \
+         path), newest first. Matching is case-insensitive unless case_sensitive is true; files \
+         .gitignore ignores are left out unless respect_git_ignore is false."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::READ_ONLY
+    }
+
+    async fn run(&self, a: GlobArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let args = crate::search::glob::GlobArgs {
+            pattern: a.pattern,
+            path: a.dir_path.or(a.path),
+            hidden: false,
+        };
+        crate::search::glob::glob_result(
+            &self.env,
+            ctx,
+            args,
+            !a.case_sensitive.unwrap_or(false),
+            !a.respect_git_ignore.unwrap_or(true),
+        )
+        .await
+    }
 }
 
 /// Arguments of `search_file_content` / `grep_search`.
@@ -370,9 +401,15 @@ impl TypedTool for Replace {
         let allow_multiple = a.allow_multiple.unwrap_or(false);
         let expected = a.expected_replacements.unwrap_or(1);
         if !allow_multiple && found != expected {
+            let at = lines_before(&reps, &a.old_string, &a.new_string)
+                .iter()
+                .take(20)
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
             let text = if expected == 1 {
                 format!(
-                    "Failed to edit, Expected 1 occurrence but found {found} for old_string in file: {shown}. If you intended to replace multiple occurrences, set 'allow_multiple' to true (or expected_replacements to {found})."
+                    "Failed to edit, Expected 1 occurrence but found {found} for old_string in file: {shown}. If you intended to replace multiple occurrences, set 'allow_multiple' to true (or expected_replacements to {found}). To change one, add surrounding lines to old_string to make it unique: the occurrences start at lines {at}."
                 )
             } else {
                 format!(
@@ -553,6 +590,8 @@ impl TypedTool for ReadManyFiles {
                 root: cwd.clone(),
                 limit: None,
                 hidden: false,
+                case_insensitive: false,
+                no_git_ignore: false,
             };
             let env = self.env.clone();
             let cancel = ctx.cancel.child_token();
@@ -652,16 +691,7 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>
         })));
     }
     v.push(Arc::new(Typed(Replace { env: env.clone() })));
-    if let Some(inner) = find("glob") {
-        v.push(Arc::new(Typed(Delegate {
-            name: "glob",
-            description: "Finds files matching a glob pattern (e.g. `src/**/*.ts`) under dir_path (or the \
-                 older path), newest first. .gitignore is respected; matching is case-sensitive.",
-            annotations: Annotations::READ_ONLY,
-            inner,
-            shape: shape_glob,
-        })));
-    }
+    v.push(Arc::new(Typed(Glob { env: env.clone() })));
     if let Some(inner) = find("grep") {
         for name in ["search_file_content", "grep_search"] {
             v.push(Arc::new(Typed(Delegate {

@@ -12,7 +12,7 @@ use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
-use crate::files::{apply_edit, commit_write, expect_for_write, read_tracked};
+use crate::files::{apply_edit, commit_write, expect_for_write, read_media, read_tracked};
 
 /// Seed 003's bash timeouts, in seconds.
 const BASH_DEFAULT_SECS: u64 = 60;
@@ -51,8 +51,9 @@ impl TypedTool for LoomReadFile {
 
     fn description(&self) -> &str {
         "Read file contents from the workspace. Returns {path, contents, truncated}; contents \
-         are cut at max_bytes (default 30000; pass a larger max_bytes to read more). A file \
-         must be read before edit_file changes it."
+         are cut at max_bytes (default 30000; pass a larger max_bytes to read more). An image \
+         comes back as an image; a PDF's contents are its text page by page; a notebook's, its \
+         cells with their outputs. A file must be read before edit_file changes it."
     }
 
     fn annotations(&self) -> Annotations {
@@ -75,7 +76,23 @@ impl TypedTool for LoomReadFile {
         }))
     }
 
+    fn returns_images(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: LoomReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        // Images, PDFs and notebooks through the shared engine, in the seed's shape: what the
+        // engine shows as `contents`, its image blocks kept beside it.
+        if let Some(media) = read_media(&self.env, ctx, &args.path, None).await? {
+            let rel = self.env.workspace.locate(&args.path, &ctx.cwd)?;
+            let mut shaped = json_result(json!({
+                "path": self.env.workspace.absolute(&rel).display().to_string(),
+                "contents": media.output,
+                "truncated": false,
+            }));
+            shaped.images = media.images;
+            return Ok(shaped);
+        }
         let (rel, content) = read_tracked(&self.env, ctx, &args.path).await?;
         let ws = &self.env.workspace;
         let max = args.max_bytes.unwrap_or(ctx.max_output_bytes as u64) as usize;

@@ -12,7 +12,7 @@ use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
-use crate::files::{EditFile, EditFileArgs, read_tracked};
+use crate::files::{EditFile, EditFileArgs, read_media, read_tracked};
 use crate::search::{GrepArgs, GrepTool};
 
 /// Seed 002 truncates human-readable output to 10KB.
@@ -43,14 +43,30 @@ impl TypedTool for PyReadFile {
 
     fn description(&self) -> &str {
         "Read file contents as text, optionally only lines [start, end] (1-indexed, inclusive). \
-         Output is cut at 10KB with a note on how to read on."
+         Output is cut at 10KB with a note on how to read on. An image comes back as an image, \
+         a PDF as its text page by page, a notebook as its cells with their outputs."
     }
 
     fn annotations(&self) -> Annotations {
         Annotations::READ_ONLY
     }
 
+    fn returns_images(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: PyReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        // Images, PDFs and notebooks through the shared engine, in the seed's result shape.
+        if let Some(media) = read_media(&self.env, ctx, &args.path, None).await? {
+            if args.line_range.is_some() {
+                return Err(ToolError::InvalidArguments(format!(
+                    "line_range applies to text files, and {} is not one; read it without line_range",
+                    args.path
+                )));
+            }
+            // The engine's text and data ({path, kind, ...}) are already seed 002's shape.
+            return Ok(media);
+        }
         let (rel, content) = read_tracked(&self.env, ctx, &args.path).await?;
         let text = String::from_utf8_lossy(&content);
         let lines: Vec<&str> = text.split_inclusive('\n').collect();

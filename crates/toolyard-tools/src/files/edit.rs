@@ -128,6 +128,18 @@ pub fn apply_edit(
     Ok((out, reps))
 }
 
+/// The lines, in the file before the edit, where each replacement of a `replace_all` edit of
+/// `old` by `new` started (`reps` count lines in the edited file): for naming the places when
+/// several match but one was meant.
+pub fn lines_before(reps: &[Replacement], old: &str, new: &str) -> Vec<usize> {
+    // Each earlier replacement shifted later ones by the difference in line count.
+    let delta = new.matches('\n').count() as i64 - old.matches('\n').count() as i64;
+    reps.iter()
+        .enumerate()
+        .map(|(k, r)| usize::try_from(r.line as i64 - k as i64 * delta).unwrap_or(1))
+        .collect()
+}
+
 /// A difference forgiven when old_string is not found exactly, tried in this order; each level
 /// also forgives the ones before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -346,6 +358,55 @@ fn near_matches(level: Slack, lines: &[FileLine<'_>], old: &[&str]) -> Vec<NearM
     found
 }
 
+/// Lines the model sent (`new`) re-indented the way the indentation of `old` differs from that
+/// of the file lines it matched (`file`): `Ok(None)` when it does not differ, `Ok(Some(..))`
+/// when every non-blank line differs by one and the same offset. When the offsets differ from
+/// line to line the lines are left as sent (Codex's whitespace-blind pass), unless a line of
+/// only brackets and punctuation (`}`, `));`) is one whose indentation differs: such a line is
+/// known only by its indentation, so the match may be other lines than meant (a line missing
+/// between braces) and `Err(())` refuses it. apply_patch's whitespace-blind passes use it.
+pub(crate) fn reindent_like(
+    file: &[&str],
+    old: &[&str],
+    new: &[String],
+) -> Result<Option<Vec<String>>, ()> {
+    let lead = |s: &str| -> usize { s.len() - s.trim_start_matches([' ', '\t']).len() };
+    let mut shift: Option<Shift> = None;
+    let mut uniform = true;
+    let mut bare_moved = false;
+    for (f, o) in file.iter().zip(old) {
+        if is_blank(f) || is_blank(o) {
+            continue;
+        }
+        let (fi, oi) = (&f[..lead(f)], &o[..lead(o)]);
+        if fi != oi && !f.chars().any(char::is_alphanumeric) {
+            bare_moved = true;
+        }
+        let s = if fi == oi {
+            Shift::Same
+        } else if let Some(p) = fi.strip_suffix(oi) {
+            Shift::Add(p.to_string())
+        } else if let Some(p) = oi.strip_suffix(fi) {
+            Shift::Remove(p.to_string())
+        } else {
+            uniform = false;
+            continue;
+        };
+        match &shift {
+            None => shift = Some(s),
+            Some(prev) if *prev != s => uniform = false,
+            Some(_) => {}
+        }
+    }
+    match shift {
+        _ if !uniform && bare_moved => Err(()),
+        Some(shift) if uniform && shift != Shift::Same => {
+            Ok(Some(new.iter().map(|l| reshape(l, &shift, "\n")).collect()))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// new_string re-indented by `shift`, with the file's line ending.
 fn reshape(new: &str, shift: &Shift, eol: &str) -> String {
     let lines: Vec<String> = new
@@ -473,6 +534,62 @@ fn line_of(content: &[u8], offset: usize) -> usize {
     memchr::memchr_iter(b'\n', &content[..offset]).count() + 1
 }
 
+/// The places of `lines` most like `old`, best first, at most `max`, never overlapping: each as
+/// (first line, last line), 0-based. A window is scored on old's non-blank lines against the
+/// file's next non-blank lines (so a blank line more or less does not move it), each line
+/// weighted by its length, so a long line that matches counts for more than a lone brace.
+pub(crate) fn nearest_windows(lines: &[&str], old: &[&str], max: usize) -> Vec<(usize, usize)> {
+    let probe: Vec<&str> = old
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+        .take(8)
+        .collect();
+    if probe.is_empty() {
+        return Vec::new();
+    }
+    let weight = |p: &str| p.chars().count().clamp(2, 40) as f64;
+    let total: f64 = probe.iter().map(|p| weight(p)).sum();
+    let mut scored: Vec<(f64, usize, usize)> = Vec::new();
+    for i in 0..lines.len().min(20_000) {
+        if is_blank(lines[i]) {
+            continue;
+        }
+        let mut score = 0.0;
+        let mut at = i;
+        let mut last = i;
+        for p in &probe {
+            while at < lines.len() && is_blank(lines[at]) {
+                at += 1;
+            }
+            let Some(l) = lines.get(at) else {
+                break;
+            };
+            if l.len() <= 500 {
+                score += weight(p) * strsim::normalized_levenshtein(l.trim(), p);
+            }
+            last = at;
+            at += 1;
+        }
+        let score = score / total;
+        if score >= 0.4 {
+            scored.push((score, i, last));
+        }
+    }
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut shown: Vec<(usize, usize)> = Vec::new();
+    for (_, first, last) in scored {
+        if shown.len() == max {
+            break;
+        }
+        if shown.iter().any(|&(f, l)| first <= l && f <= last) {
+            continue;
+        }
+        shown.push((first, last));
+    }
+    shown
+}
+
 /// The "not found" error: the nearest candidate lines with their numbers, and a whitespace hint.
 fn not_found(path: &str, content: &[u8], old: &str) -> ToolError {
     let text = String::from_utf8_lossy(content);
@@ -504,38 +621,15 @@ fn not_found(path: &str, content: &[u8], old: &str) -> ToolError {
         }
     }
 
-    let probe = old_lines
-        .iter()
-        .map(|l| l.trim())
-        .find(|l| !l.is_empty())
-        .unwrap_or("");
-    let mut scored: Vec<(f64, usize)> = lines
-        .iter()
-        .enumerate()
-        .take(200_000)
-        .filter(|(_, l)| l.len() <= 1000)
-        .map(|(i, l)| (strsim::normalized_levenshtein(l.trim(), probe), i))
-        .filter(|(s, _)| *s >= 0.4)
-        .collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    let span = old_lines.len().clamp(1, 6);
-    let mut shown: Vec<usize> = Vec::new();
-    for (_, i) in scored {
-        if shown.len() == 3 {
-            break;
-        }
-        if shown.iter().any(|&s| s.abs_diff(i) < span) {
-            continue;
-        }
-        shown.push(i);
-    }
+    let shown = nearest_windows(&lines, &old_lines, 3);
     if shown.is_empty() {
         msg.push_str(" No similar lines found; read the file again with read_file to see its current content.");
     } else {
         msg.push_str(" The closest lines are:");
-        for i in shown {
+        for (first, last) in shown {
             msg.push('\n');
-            for (n, l) in lines.iter().enumerate().skip(i).take(span) {
+            let span = (last - first + 1).min(8);
+            for (n, l) in lines.iter().enumerate().skip(first).take(span) {
                 msg.push_str(&format!("\n{:>6}|{}", n + 1, l));
             }
         }

@@ -16,8 +16,9 @@ use toolyard_workspace::{Expect, RelPath, WriteOutcome, hash_bytes};
 
 use crate::ToolEnv;
 
-pub use edit::{EditFile, EditFileArgs, Replacement, apply_edit};
-pub use read::{ReadFile, ReadFileArgs, read_window};
+pub use edit::{EditFile, EditFileArgs, Replacement, apply_edit, lines_before};
+pub(crate) use edit::{nearest_windows, reindent_like};
+pub use read::{ReadFile, ReadFileArgs, read_media, read_window};
 pub use write::{WriteFile, WriteFileArgs};
 
 /// The file tools of the `loopr` dialect.
@@ -72,10 +73,27 @@ pub async fn commit_write(
     bytes: &[u8],
     expect: &Expect,
 ) -> Result<WriteOutcome, ToolError> {
+    commit_write_in(env, ctx, tool, rel, bytes, expect, None)
+        .await
+        .map(|(outcome, _)| outcome)
+}
+
+/// [`commit_write`] for a call that changes several files: the change joins the journal group
+/// of change `group` (the call's first change), so one undo reverts them all. Returns the
+/// outcome and the change's id.
+pub async fn commit_write_in(
+    env: &ToolEnv,
+    ctx: &ToolContext,
+    tool: &str,
+    rel: &RelPath,
+    bytes: &[u8],
+    expect: &Expect,
+    group: Option<i64>,
+) -> Result<(WriteOutcome, i64), ToolError> {
     let new_hash = hash_bytes(bytes);
     let change = env
         .records
-        .journal_begin(&ctx.session_id, &ctx.call_id, tool, rel, &new_hash)
+        .journal_begin_grouped(&ctx.session_id, &ctx.call_id, tool, rel, &new_hash, group)
         .await?;
     match env.workspace.write_atomic(rel, bytes, expect) {
         Ok(outcome) => {
@@ -83,7 +101,7 @@ pub async fn commit_write(
             env.records
                 .record_write(&ctx.session_id, &outcome.path, &new_hash)
                 .await?;
-            Ok(outcome)
+            Ok((outcome, change))
         }
         Err(e) => {
             // The file was not touched; the entry only records the attempt.

@@ -36,11 +36,19 @@ pub struct ReadFileArgs {
     pub pages: Option<String>,
 }
 
-/// The largest image returned (bytes): Claude's API refuses images over 5 MB, and without a
-/// decoder here an image cannot be scaled down, so a bigger one is refused.
+/// The largest image sent (bytes): Claude's API refuses images over 5 MB; a bigger image is
+/// scaled down until it fits.
 pub const MAX_IMAGE_BYTES: u64 = 5_000_000;
-/// The longest side (pixels) past which a model's API scales an image down anyway.
-const IMAGE_LONG_SIDE: usize = 1568;
+/// The largest image file read to be scaled down (bytes).
+pub const MAX_IMAGE_FILE_BYTES: u64 = 64 << 20;
+/// The longest side (pixels) past which an image is scaled down (a model's API would anyway).
+const IMAGE_LONG_SIDE: u32 = 1568;
+/// The most pixels, per side and in all, an image may claim to be decoded: past them it is
+/// refused from its header, before any decoding (a decompression bomb is never expanded).
+const MAX_DECODE_SIDE: u32 = 20_000;
+const MAX_DECODE_PIXELS: u64 = 100_000_000;
+/// Memory the decoder may allocate (bytes).
+const MAX_DECODE_ALLOC: u64 = 512 << 20;
 /// The largest PDF or notebook read (bytes): both are parsed whole, in memory.
 pub const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
 /// PDF pages shown when `pages` is not given (more only fit when they are short).
@@ -247,7 +255,7 @@ impl TypedTool for ReadFile {
         "Read a text file with line numbers (`     N|line`). Shows up to 1000 lines from `offset` \
          (1-indexed); long lines and large outputs are cut with a note saying how to read on. \
          A file must be read before write_file or edit_file may change it. Images (PNG, JPEG, \
-         GIF, WebP, up to 5 MB) come back as an image; a PDF as its text page by page (`pages`: \
+         GIF, WebP; large ones scaled down) come back as an image; a PDF as its text page by page (`pages`: \
          \"1-3\", \"5\"); a Jupyter notebook (.ipynb) as its numbered cells with their outputs. \
          Other binary files are refused with what they are."
     }
@@ -365,8 +373,40 @@ impl TypedTool for ReadFile {
     }
 }
 
+/// The media engine every dialect's read shares: when the file at the path argument `path` is
+/// an image, a PDF or a Jupyter notebook, read it (recorded in the ledger) and return what
+/// `read_file` returns for it (an image block; the text of the `pages` asked for; the cells
+/// with their outputs); `Ok(None)` when it is anything else, for the caller to read as text.
+pub async fn read_media(
+    env: &ToolEnv,
+    ctx: &ToolContext,
+    path: &str,
+    pages: Option<String>,
+) -> Result<Option<ToolResult>, ToolError> {
+    let ws = &env.workspace;
+    let rel = ws.locate(path, &ctx.cwd)?;
+    if ws.metadata(&rel)?.is_some_and(|m| m.is_dir()) {
+        return Ok(None);
+    }
+    let mut file = ws.open_file(&rel)?;
+    let mut head = [0u8; 16];
+    let head_len = read_head(&mut file, &mut head).map_err(|e| ws.map_err(e, &rel))?;
+    let kind = Kind::sniff(&head[..head_len], rel.as_str());
+    if kind == Kind::Text {
+        return Ok(None);
+    }
+    let args = ReadFileArgs {
+        path: path.to_string(),
+        offset: None,
+        limit: None,
+        pages,
+    };
+    read_document(env, kind, &rel, &head[..head_len], file, args, ctx)
+        .await
+        .map(Some)
+}
+
 impl ReadFile {
-    /// An image, a PDF or a notebook: read whole (capped), recorded, then shown its own way.
     async fn read_document(
         &self,
         kind: Kind,
@@ -376,57 +416,67 @@ impl ReadFile {
         args: ReadFileArgs,
         ctx: &ToolContext,
     ) -> Result<ToolResult, ToolError> {
-        let ws = &self.env.workspace;
-        let cap = match kind {
-            Kind::Image(_) => MAX_IMAGE_BYTES,
-            _ => MAX_DOCUMENT_BYTES,
-        };
-        let size = file.metadata().map_err(|e| ws.map_err(e, rel))?.len();
-        if size > cap {
-            let what = kind.describe();
-            let todo = match kind {
-                Kind::Image(_) => format!(
-                    "scale it down or convert it first, e.g. with run_command \
+        read_document(&self.env, kind, rel, head, file, args, ctx).await
+    }
+}
+
+/// An image, a PDF or a notebook: read whole (capped), recorded, then shown its own way.
+async fn read_document(
+    env: &ToolEnv,
+    kind: Kind,
+    rel: &RelPath,
+    head: &[u8],
+    file: cap_std::fs::File,
+    args: ReadFileArgs,
+    ctx: &ToolContext,
+) -> Result<ToolResult, ToolError> {
+    let ws = &env.workspace;
+    let cap = match kind {
+        Kind::Image(_) => MAX_IMAGE_FILE_BYTES,
+        _ => MAX_DOCUMENT_BYTES,
+    };
+    let size = file.metadata().map_err(|e| ws.map_err(e, rel))?.len();
+    if size > cap {
+        let what = kind.describe();
+        let todo = match kind {
+            Kind::Image(_) => format!(
+                "scale it down or convert it first, e.g. with run_command \
                      `convert {rel} -resize {IMAGE_LONG_SIDE}x{IMAGE_LONG_SIDE} small.png`, \
                      and read that"
-                ),
-                Kind::Pdf => format!(
-                    "extract its text first, e.g. with run_command `pdftotext {rel} out.txt`, \
+            ),
+            Kind::Pdf => format!(
+                "extract its text first, e.g. with run_command `pdftotext {rel} out.txt`, \
                      and read that"
-                ),
-                _ => "read it with a command (run_command) that prints only the part you need"
-                    .to_string(),
-            };
-            return Err(ToolError::InvalidArguments(format!(
-                "read_file: {rel} is {what} of {size} bytes; read_file returns at most {cap} \
+            ),
+            _ => "read it with a command (run_command) that prints only the part you need"
+                .to_string(),
+        };
+        return Err(ToolError::InvalidArguments(format!(
+            "read_file: {rel} is {what} of {size} bytes; read_file returns at most {cap} \
                  bytes of one; {todo}"
-            )));
-        }
-        // The sniffed head was read already: the rest follows it.
-        let mut content = Vec::with_capacity(size as usize);
-        content.extend_from_slice(head);
-        file.take(cap + 1)
-            .read_to_end(&mut content)
-            .map_err(|e| ws.map_err(e, rel))?;
-        let hash = blake3::hash(&content).to_hex().to_string();
-        self.env
-            .records
-            .record_read(&ctx.session_id, rel, &hash)
-            .await?;
-        if args.pages.is_some() && kind != Kind::Pdf {
-            return Err(ToolError::InvalidArguments(format!(
-                "read_file: `pages` applies to PDF files only, and {rel} is {}",
-                kind.describe()
-            )));
-        }
-        match kind {
-            Kind::Image(mime) => Ok(image_result(rel, mime, &content)),
-            Kind::Pdf => pdf_result(rel, &content, args.pages.as_deref(), ctx.max_output_bytes),
-            Kind::Notebook => notebook_result(rel, &content, ctx.max_output_bytes),
-            Kind::Text => Err(ToolError::Unavailable(
-                "read_file: a text file reached the document reader".into(),
-            )),
-        }
+        )));
+    }
+    // The sniffed head was read already: the rest follows it.
+    let mut content = Vec::with_capacity(size as usize);
+    content.extend_from_slice(head);
+    file.take(cap + 1)
+        .read_to_end(&mut content)
+        .map_err(|e| ws.map_err(e, rel))?;
+    let hash = blake3::hash(&content).to_hex().to_string();
+    env.records.record_read(&ctx.session_id, rel, &hash).await?;
+    if args.pages.is_some() && kind != Kind::Pdf {
+        return Err(ToolError::InvalidArguments(format!(
+            "read_file: `pages` applies to PDF files only, and {rel} is {}",
+            kind.describe()
+        )));
+    }
+    match kind {
+        Kind::Image(mime) => image_result(rel, mime, &content),
+        Kind::Pdf => pdf_result(rel, &content, args.pages.as_deref(), ctx.max_output_bytes),
+        Kind::Notebook => notebook_result(rel, &content, ctx.max_output_bytes),
+        Kind::Text => Err(ToolError::Unavailable(
+            "read_file: a text file reached the document reader".into(),
+        )),
     }
 }
 
@@ -493,8 +543,13 @@ fn read_head(file: &mut impl Read, head: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-/// The image as an image block, with a line saying what it is.
-fn image_result(rel: &RelPath, mime: &'static str, content: &[u8]) -> ToolResult {
+/// The image as an image block, with a line saying what it is: as it is when it is small
+/// enough, else scaled down (see [`scale_image`]).
+fn image_result(
+    rel: &RelPath,
+    mime: &'static str,
+    content: &[u8],
+) -> Result<ToolResult, ToolError> {
     use base64::Engine as _;
     let format = mime.trim_start_matches("image/").to_ascii_uppercase();
     let dims = imagesize::blob_size(content).ok();
@@ -502,28 +557,139 @@ fn image_result(rel: &RelPath, mime: &'static str, content: &[u8]) -> ToolResult
         Some(d) => format!(", {}x{} pixels", d.width, d.height),
         None => String::new(),
     };
-    let mut text = format!(
-        "Image {rel}: {format}{size}, {} bytes; returned as an image.",
-        content.len()
-    );
-    if dims.is_some_and(|d| d.width.max(d.height) > IMAGE_LONG_SIDE) {
-        text.push_str(&format!(
-            " Its long side is over {IMAGE_LONG_SIDE} pixels: the model may see it scaled down."
-        ));
-    }
-    ToolResult::ok(text)
+    let long = dims.map_or(0, |d| d.width.max(d.height));
+    let too_big = content.len() as u64 > MAX_IMAGE_BYTES || long > IMAGE_LONG_SIDE as usize;
+    let (sent, sent_mime, width, height, text) = if too_big {
+        let scaled = scale_image(rel, mime, content)?;
+        let sent_format = scaled
+            .mime
+            .trim_start_matches("image/")
+            .to_ascii_uppercase();
+        let text = format!(
+            "Image {rel}: {format}, {}x{} pixels, {} bytes; scaled down to {}x{} pixels \
+             ({sent_format}, {} bytes) and returned as an image.",
+            scaled.from.0,
+            scaled.from.1,
+            content.len(),
+            scaled.to.0,
+            scaled.to.1,
+            scaled.bytes.len()
+        );
+        let (w, h) = scaled.to;
+        (
+            std::borrow::Cow::Owned(scaled.bytes),
+            scaled.mime,
+            Some(w as usize),
+            Some(h as usize),
+            text,
+        )
+    } else {
+        let text = format!(
+            "Image {rel}: {format}{size}, {} bytes; returned as an image.",
+            content.len()
+        );
+        (
+            std::borrow::Cow::Borrowed(content),
+            mime,
+            dims.map(|d| d.width),
+            dims.map(|d| d.height),
+            text,
+        )
+    };
+    Ok(ToolResult::ok(text)
         .with_data(json!({
             "path": rel.as_str(),
             "kind": "image",
-            "mime_type": mime,
-            "bytes": content.len(),
-            "width": dims.map(|d| d.width),
-            "height": dims.map(|d| d.height),
+            "mime_type": sent_mime,
+            "bytes": sent.len(),
+            "width": width,
+            "height": height,
+            "original": {
+                "mime_type": mime,
+                "bytes": content.len(),
+                "width": dims.map(|d| d.width),
+                "height": dims.map(|d| d.height),
+            },
+            "scaled": too_big,
         }))
         .with_image(toolyard_core::Image {
-            data: base64::engine::general_purpose::STANDARD.encode(content),
-            mime_type: mime.to_string(),
-        })
+            data: base64::engine::general_purpose::STANDARD.encode(&sent),
+            mime_type: sent_mime.to_string(),
+        }))
+}
+
+/// An image scaled down: its bytes and type, and the sizes before and after.
+struct Scaled {
+    bytes: Vec<u8>,
+    mime: &'static str,
+    from: (u32, u32),
+    to: (u32, u32),
+}
+
+/// Decode `content` (bounded: dimensions and allocation are limited, so a decompression bomb
+/// is refused, not expanded; an animated GIF gives its first frame), scale it so its long side
+/// is at most [`IMAGE_LONG_SIDE`] and its encoding at most [`MAX_IMAGE_BYTES`] (keeping the
+/// aspect ratio), and encode it again: a PNG as PNG, anything else as JPEG.
+fn scale_image(rel: &RelPath, mime: &str, content: &[u8]) -> Result<Scaled, ToolError> {
+    use image::{ImageFormat, ImageReader, Limits};
+    let todo = format!(
+        "convert it to a smaller PNG or JPEG first, e.g. with run_command `convert {rel} \
+         -resize {IMAGE_LONG_SIDE}x{IMAGE_LONG_SIDE} small.png`, and read that"
+    );
+    if let Ok(d) = imagesize::blob_size(content) {
+        let (w, h) = (d.width as u64, d.height as u64);
+        if w > MAX_DECODE_SIDE as u64 || h > MAX_DECODE_SIDE as u64 || w * h > MAX_DECODE_PIXELS {
+            return Err(ToolError::InvalidArguments(format!(
+                "read_file: {rel} says it is {w}x{h} pixels, more than read_file decodes \
+                 ({MAX_DECODE_SIDE} a side, {MAX_DECODE_PIXELS} in all), so it was not decoded; \
+                 {todo}"
+            )));
+        }
+    }
+    let format = match mime {
+        "image/png" => ImageFormat::Png,
+        "image/jpeg" => ImageFormat::Jpeg,
+        "image/gif" => ImageFormat::Gif,
+        _ => ImageFormat::WebP,
+    };
+    let mut limits = Limits::default();
+    limits.max_image_width = Some(MAX_DECODE_SIDE);
+    limits.max_image_height = Some(MAX_DECODE_SIDE);
+    limits.max_alloc = Some(MAX_DECODE_ALLOC);
+    let mut reader = ImageReader::with_format(std::io::Cursor::new(content), format);
+    reader.limits(limits);
+    let img = reader.decode().map_err(|e| {
+        ToolError::InvalidArguments(format!(
+            "read_file: {rel} looks like {mime} but cannot be decoded ({e}); it may be damaged \
+             or too large to decode; {todo}"
+        ))
+    })?;
+    let from = (img.width(), img.height());
+    let png = format == ImageFormat::Png;
+    let mut side = IMAGE_LONG_SIDE.min(from.0.max(from.1)).max(1);
+    loop {
+        let small = img.resize(side, side, image::imageops::FilterType::Triangle);
+        let mut bytes = Vec::new();
+        let encoded = if png {
+            small.write_to(&mut std::io::Cursor::new(&mut bytes), ImageFormat::Png)
+        } else {
+            let rgb = small.to_rgb8();
+            image::codecs::jpeg::JpegEncoder::new_with_quality(&mut bytes, 85).encode_image(&rgb)
+        };
+        encoded.map_err(|e| {
+            ToolError::Io(format!("read_file: cannot encode {rel} scaled down: {e}"))
+        })?;
+        if bytes.len() as u64 <= MAX_IMAGE_BYTES || side <= 64 {
+            return Ok(Scaled {
+                bytes,
+                mime: if png { "image/png" } else { "image/jpeg" },
+                from,
+                to: (small.width(), small.height()),
+            });
+        }
+        // Still over the byte cap (a noisy PNG): smaller again.
+        side = side * 3 / 4;
+    }
 }
 
 /// Parse `pages` ("1-3", "5", "1,4-6") into sorted, distinct page numbers within `count`.

@@ -57,6 +57,10 @@ pub struct GlobQuery {
     pub limit: Option<usize>,
     /// Include hidden entries (a pattern naming a hidden component includes them anyway).
     pub hidden: bool,
+    /// Match the pattern whatever the case of the paths.
+    pub case_insensitive: bool,
+    /// Do not leave out what .gitignore (and git's exclude files) ignore.
+    pub no_git_ignore: bool,
 }
 
 /// One file found.
@@ -89,7 +93,7 @@ pub fn find(
     cancel: &CancellationToken,
 ) -> Result<GlobOutcome, ToolError> {
     let started = Instant::now();
-    let glob = PathGlob::new(&query.pattern, ws, &query.root)?;
+    let glob = PathGlob::with_case(&query.pattern, ws, &query.root, query.case_insensitive)?;
     let meta = ws
         .metadata(&query.root)?
         .ok_or_else(|| ToolError::FileNotFound(query.root.as_path().to_path_buf()))?;
@@ -128,7 +132,7 @@ pub fn find(
         merged: Mutex::new(Collected::default()),
     };
     let skipped = Arc::new(AtomicU64::new(0));
-    let walker = if query.hidden || glob.wants_hidden {
+    let mut walker = if query.hidden || glob.wants_hidden {
         walk::builder(ws, &ws.absolute(&walk_root), true)
     } else {
         let matcher = glob.clone();
@@ -139,6 +143,12 @@ pub fn find(
                 .is_some_and(|rel| matcher.is_match(walk::below(rel, &prefix)))
         })
     };
+    if query.no_git_ignore {
+        walker
+            .git_ignore(false)
+            .git_exclude(false)
+            .git_global(false);
+    }
     walker
         .build_parallel()
         .visit(&mut VisitorBuilder { shared: &shared });
@@ -371,52 +381,66 @@ impl TypedTool for GlobTool {
     }
 
     async fn run(&self, args: GlobArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let path = args.path.as_deref().unwrap_or(".");
-        let root = self.env.workspace.locate(path, &ctx.cwd)?;
-        if self.env.workspace.metadata(&root)?.is_none() {
-            return Err(ToolError::FileNotFound(path.into()));
-        }
-        let query = GlobQuery {
-            pattern: args.pattern.clone(),
-            root: root.clone(),
-            limit: Some(DEFAULT_GLOB_LIMIT),
-            hidden: args.hidden,
-        };
-        let env = self.env.clone();
-        let outcome = bounded(ctx, move |stop| find(&env.workspace, &query, stop)).await?;
-        let hidden_note = walk::hidden_note(outcome.hidden_skipped);
-        let output = if outcome.hits.is_empty() {
-            let mut text = format!(
-                "No files match `{}` in {}.\n",
-                args.pattern,
-                walk::place(&root)
-            );
-            text.push_str(hidden_note.as_deref().unwrap_or_default());
-            text
-        } else {
-            let mut text = String::new();
-            for h in &outcome.hits {
-                text.push_str(&h.path);
-                text.push('\n');
-            }
-            let more = outcome.total.saturating_sub(outcome.hits.len() as u64);
-            if more > 0 {
-                text.push_str(&format!(
-                    "[{more} more files match ({} in all); narrow the pattern or path]\n",
-                    outcome.total
-                ));
-            }
-            text.push_str(hidden_note.as_deref().unwrap_or_default());
-            let budget = super::output_budget(&self.env, "glob", ctx.max_output_bytes);
-            head_tail(&text, budget, Some("narrow the pattern or path")).text
-        };
-        // The paths are the output already; data adds only what a program needs beside them.
-        let data = json!({
-            "paths": outcome.hits.iter().map(|h| h.path.as_str()).collect::<Vec<_>>(),
-            "total": outcome.total,
-            "truncated": outcome.total > outcome.hits.len() as u64,
-            "hidden_skipped": outcome.hidden_skipped,
-        });
-        Ok(ToolResult::ok(output).with_data(data))
+        glob_result(&self.env, ctx, args, false, false).await
     }
+}
+
+/// What the `glob` tool answers for `args`, matching case-insensitively or not leaving out
+/// what .gitignore ignores when asked (dialects whose glob has those switches).
+pub(crate) async fn glob_result(
+    env: &Arc<ToolEnv>,
+    ctx: &ToolContext,
+    args: GlobArgs,
+    case_insensitive: bool,
+    no_git_ignore: bool,
+) -> Result<ToolResult, ToolError> {
+    let path = args.path.as_deref().unwrap_or(".");
+    let root = env.workspace.locate(path, &ctx.cwd)?;
+    if env.workspace.metadata(&root)?.is_none() {
+        return Err(ToolError::FileNotFound(path.into()));
+    }
+    let query = GlobQuery {
+        pattern: args.pattern.clone(),
+        root: root.clone(),
+        limit: Some(DEFAULT_GLOB_LIMIT),
+        hidden: args.hidden,
+        case_insensitive,
+        no_git_ignore,
+    };
+    let walker_env = env.clone();
+    let outcome = bounded(ctx, move |stop| find(&walker_env.workspace, &query, stop)).await?;
+    let hidden_note = walk::hidden_note(outcome.hidden_skipped);
+    let output = if outcome.hits.is_empty() {
+        let mut text = format!(
+            "No files match `{}` in {}.\n",
+            args.pattern,
+            walk::place(&root)
+        );
+        text.push_str(hidden_note.as_deref().unwrap_or_default());
+        text
+    } else {
+        let mut text = String::new();
+        for h in &outcome.hits {
+            text.push_str(&h.path);
+            text.push('\n');
+        }
+        let more = outcome.total.saturating_sub(outcome.hits.len() as u64);
+        if more > 0 {
+            text.push_str(&format!(
+                "[{more} more files match ({} in all); narrow the pattern or path]\n",
+                outcome.total
+            ));
+        }
+        text.push_str(hidden_note.as_deref().unwrap_or_default());
+        let budget = super::output_budget(env, "glob", ctx.max_output_bytes);
+        head_tail(&text, budget, Some("narrow the pattern or path")).text
+    };
+    // The paths are the output already; data adds only what a program needs beside them.
+    let data = json!({
+        "paths": outcome.hits.iter().map(|h| h.path.as_str()).collect::<Vec<_>>(),
+        "total": outcome.total,
+        "truncated": outcome.total > outcome.hits.len() as u64,
+        "hidden_skipped": outcome.hidden_skipped,
+    });
+    Ok(ToolResult::ok(output).with_data(data))
 }

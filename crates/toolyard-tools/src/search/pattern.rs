@@ -31,7 +31,22 @@ pub struct PathGlob {
 impl PathGlob {
     /// Compile `pattern` (the `pattern` argument) for a search rooted at `root`.
     pub fn new(pattern: &str, ws: &Workspace, root: &RelPath) -> Result<Self, ToolError> {
-        Self::for_argument("pattern", pattern, ws, root)
+        Self::with_case(pattern, ws, root, false)
+    }
+
+    /// Like [`PathGlob::new`], matching whatever the case when `case_insensitive` (the walk
+    /// then starts at `root`: a literal directory in the pattern may be spelt otherwise).
+    pub fn with_case(
+        pattern: &str,
+        ws: &Workspace,
+        root: &RelPath,
+        case_insensitive: bool,
+    ) -> Result<Self, ToolError> {
+        let mut glob = Self::new_arg_case(pattern, ws, root, "pattern", case_insensitive)?;
+        if case_insensitive {
+            glob.literal_prefix = None;
+        }
+        Ok(glob)
     }
 
     /// Like [`PathGlob::new`], naming the argument `arg` when the pattern is too long.
@@ -40,6 +55,16 @@ impl PathGlob {
         pattern: &str,
         ws: &Workspace,
         root: &RelPath,
+    ) -> Result<Self, ToolError> {
+        Self::new_arg_case(pattern, ws, root, arg, false)
+    }
+
+    fn new_arg_case(
+        pattern: &str,
+        ws: &Workspace,
+        root: &RelPath,
+        arg: &str,
+        case_insensitive: bool,
     ) -> Result<Self, ToolError> {
         if pattern.len() > MAX_GLOB_PATTERN_BYTES {
             return Err(ToolError::InvalidArguments(format!(
@@ -77,6 +102,7 @@ impl PathGlob {
             pat = format!("**/{pat}");
         }
         let glob = GlobBuilder::new(&pat)
+            .case_insensitive(case_insensitive)
             .literal_separator(true)
             .backslash_escape(true)
             .build()

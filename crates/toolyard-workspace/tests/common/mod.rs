@@ -56,6 +56,18 @@ impl Fixture {
 
     /// A journaled write of `bytes` over whatever `p` holds now, as a tool would make it.
     pub fn write(&self, j: &Journal, session: &str, p: &str, bytes: &[u8]) -> ChangeId {
+        self.write_in(j, session, p, bytes, None)
+    }
+
+    /// [`Fixture::write`] joining the journal group of change `group`.
+    pub fn write_in(
+        &self,
+        j: &Journal,
+        session: &str,
+        p: &str,
+        bytes: &[u8],
+        group: Option<ChangeId>,
+    ) -> ChangeId {
         let rel = self.rel(p);
         let expect = match self.ws.hash_of(&rel).unwrap() {
             Some(h) => Expect::Hash(h),
@@ -68,6 +80,7 @@ impl Fixture {
             tool: "write_file",
             path: &rel,
             new_hash: &new_hash,
+            group,
         };
         j.apply(&self.ws, change, &mut &bytes[..], &expect, None)
             .unwrap()
