@@ -298,6 +298,7 @@ impl Records for LocalRecords {
             tool,
             path,
             new_hash,
+            group: None,
         };
         Ok(self.journal.record_preimage(change, &pre)?.0)
     }
