@@ -679,3 +679,66 @@ async fn search_data_carries_counts_and_paths_not_the_output_again() {
     assert_eq!(data["omitted"], 0);
     assert_eq!(data["truncated"], false);
 }
+
+#[tokio::test]
+async fn list_directory_follows_ignore_files_as_they_change() {
+    // The rules are cached per directory: every change to an ignore file must still show.
+    let f = Fixture::new();
+    write(f.root(), "src/keep.rs", "k");
+    write(f.root(), "src/gen.rs", "g");
+    write(f.root(), "src/deep/out.log", "o");
+    let listed = |r: &ToolResult| ok(r).to_string();
+    let first = listed(&f.list(json!({"path": "src"})).await);
+    assert!(
+        first.contains("gen.rs") && first.contains("out.log"),
+        "{first}"
+    );
+
+    // A new .gitignore in the listed directory.
+    write(f.root(), "src/.gitignore", "gen.rs\n");
+    let second = listed(&f.list(json!({"path": "src"})).await);
+    assert!(
+        !second.contains("gen.rs") && second.contains("keep.rs"),
+        "{second}"
+    );
+
+    // Its content changes (the directory's own entries do not).
+    write(f.root(), "src/.gitignore", "*.log\n");
+    let third = listed(&f.list(json!({"path": "src"})).await);
+    assert!(
+        third.contains("gen.rs") && !third.contains("out.log"),
+        "{third}"
+    );
+
+    // An ancestor's .ignore, created after the first listing, applies below it, and a
+    // whitelist in a deeper .gitignore cannot override a .ignore rule (as in ripgrep).
+    write(f.root(), ".ignore", "keep.rs\n");
+    write(f.root(), "src/.gitignore", "!keep.rs\n");
+    let fourth = listed(&f.list(json!({"path": "src"})).await);
+    assert!(!fourth.contains("keep.rs"), "{fourth}");
+
+    // Removed again: everything is back.
+    fs::remove_file(f.root().join(".ignore")).unwrap();
+    fs::remove_file(f.root().join("src/.gitignore")).unwrap();
+    let fifth = listed(&f.list(json!({"path": "src"})).await);
+    for name in ["keep.rs", "gen.rs", "out.log"] {
+        assert!(fifth.contains(name), "{name} missing: {fifth}");
+    }
+}
+
+#[tokio::test]
+async fn list_directory_never_descends_a_directory_swapped_for_a_symlink() {
+    let f = Fixture::new();
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "secret.txt", "s");
+    write(f.root(), "sub/inner.txt", "i");
+    std::os::unix::fs::symlink(outside.path(), f.root().join("link")).unwrap();
+    let out = ok(&f.list(json!({})).await).to_string();
+    assert!(out.contains("link@"), "{out}");
+    assert!(!out.contains("secret.txt"), "{out}");
+    // Swapped between listings: the walk must not follow it either.
+    fs::remove_dir_all(f.root().join("sub")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), f.root().join("sub")).unwrap();
+    let out = ok(&f.list(json!({})).await).to_string();
+    assert!(out.contains("sub@") && !out.contains("secret.txt"), "{out}");
+}

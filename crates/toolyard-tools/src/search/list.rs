@@ -1,7 +1,13 @@
 //! `list_directory` (a two-level tree, seed 002) and `list_files` (seed 003's flat listing).
 
 use std::collections::BTreeMap;
+use std::ffi::{CString, OsStr};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use rustix::fs;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -11,7 +17,7 @@ use toolyard_core::shape::head_tail;
 use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 use toolyard_workspace::{RelPath, Workspace};
 
-use super::walk;
+use super::{ignores, walk};
 use crate::ToolEnv;
 
 /// Most entries `list_directory` shows.
@@ -83,6 +89,10 @@ pub struct Listing {
 }
 
 /// Walk `root` to `max_depth` levels, at most `cap` entries (a safety net for huge trees).
+///
+/// Every directory is opened beneath the workspace root without following symlinks and read
+/// through its handle, and every entry is `lstat`ed by name in it: an entry a swapped symlink
+/// could show from outside never resolves. Ignore rules come from [`ignores`], cached.
 fn walk_entries(
     ws: &Workspace,
     root: &RelPath,
@@ -98,60 +108,134 @@ fn walk_entries(
         }
         Some(_) => {}
     }
-    let ws_root = ws.root().as_os_str().as_encoded_bytes();
-    let mut listing = Listing::default();
-    // The directory whose entries are being listed, opened once beneath the root.
-    let mut parent: Option<(Vec<u8>, cap_std::fs::Dir)> = None;
-    // Hidden entries are shown: a listing is how a model discovers `.github/` or `.env`.
-    let walker = walk::builder(ws, &ws.absolute(root), true)
-        .max_depth(Some(max_depth))
-        // Sorted so that a capped walk keeps the same entries every time.
-        .sort_by_file_name(|a, b| a.cmp(b))
-        .build();
-    for entry in walker {
-        let Ok(entry) = entry else { continue };
-        if entry.depth() == 0 {
-            continue;
-        }
-        let Some(rel) = walk::rel_bytes(entry.path(), ws_root) else {
-            continue;
+    let top = if root.is_root() {
+        ws.dir().try_clone()
+    } else {
+        ws.dir().open_dir(root.as_path())
+    }
+    .map_err(|e| ToolError::Io(format!("cannot open {root}: {e}")))?;
+    let abs = ws.absolute(root);
+    let mut walk = Walk {
+        off_limits: ws.hidden_paths(),
+        max_depth,
+        cap,
+        listing: Listing::default(),
+    };
+    let rel = if root.is_root() {
+        String::new()
+    } else {
+        root.as_str().to_string()
+    };
+    // The handle may be a path-only one (cap-std opens directories with O_PATH): reopen it
+    // for reading.
+    let read_flags = fs::OFlags::RDONLY | fs::OFlags::DIRECTORY | fs::OFlags::CLOEXEC;
+    let fd = fs::openat(&top, c".", read_flags, fs::Mode::empty())
+        .map_err(|e| ToolError::Io(format!("cannot read {root}: {e}")))?;
+    walk.visit(fd, &abs, &rel, 1, &ignores::Rules::for_dir(&abs));
+    Ok(walk.listing)
+}
+
+/// One listing walk in progress.
+struct Walk {
+    /// The workspace's hidden parts (Toolyard's state), never listed.
+    off_limits: Vec<PathBuf>,
+    max_depth: usize,
+    cap: usize,
+    listing: Listing,
+}
+
+impl Walk {
+    /// List the directory `fd` (at `abs`, workspace-relative `rel`), its entries at `depth`,
+    /// sorted by name, and descend; `false` once the cap stopped the walk.
+    ///
+    /// Every name comes from the directory itself (one component, no `/`), and is `lstat`ed and
+    /// opened relative to its handle without following symlinks: a directory swapped for a
+    /// symlink to outside the workspace never resolves.
+    fn visit(
+        &mut self,
+        fd: OwnedFd,
+        abs: &Path,
+        rel: &str,
+        depth: usize,
+        rules: &ignores::Rules,
+    ) -> bool {
+        let Ok(mut read) = fs::Dir::new(fd) else {
+            return true;
         };
-        if listing.entries.len() >= cap {
-            listing.capped = true;
-            break;
-        }
-        // lstat by name in its directory, opened beneath the root: an entry the walker saw
-        // through a directory swapped for a symlink to outside does not resolve, and is dropped.
-        let (dir_rel, name) = match rel.iter().rposition(|&b| b == b'/') {
-            Some(i) => (&rel[..i], &rel[i + 1..]),
-            None => (&b""[..], rel),
-        };
-        if parent.as_ref().is_none_or(|(p, _)| p.as_slice() != dir_rel) {
-            let dir = if dir_rel.is_empty() {
-                ws.dir().try_clone()
-            } else {
-                ws.dir().open_dir(walk::as_path(dir_rel))
-            };
-            match dir {
-                Ok(d) => parent = Some((dir_rel.to_vec(), d)),
-                Err(_) => continue,
+        let mut names: Vec<CString> = Vec::new();
+        while let Some(Ok(e)) = read.read() {
+            let n = e.file_name();
+            if n != c"." && n != c".." {
+                names.push(n.to_owned());
             }
         }
-        let Some((_, dir)) = &parent else { continue };
-        let Ok(meta) = dir.symlink_metadata(walk::as_path(name)) else {
-            continue;
+        names.sort_unstable();
+        let Ok(dir) = read.fd() else {
+            return true;
         };
-        let ft = meta.file_type();
-        listing.entries.push(TreeEntry {
-            path: walk::display(rel),
-            name: entry.file_name().to_string_lossy().into_owned(),
-            depth: entry.depth(),
-            is_dir: ft.is_dir(),
-            is_symlink: ft.is_symlink(),
-            size: if ft.is_file() { meta.len() } else { 0 },
-        });
+        for name in names {
+            if self.listing.entries.len() >= self.cap {
+                self.listing.capped = true;
+                return false;
+            }
+            let os = OsStr::from_bytes(name.to_bytes());
+            if walk::ALWAYS_SKIPPED.iter().any(|s| OsStr::new(s) == os) {
+                continue;
+            }
+            let Ok(st) = fs::statat(dir, name.as_c_str(), fs::AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            let ft = fs::FileType::from_raw_mode(st.st_mode);
+            let is_dir = ft == fs::FileType::Directory;
+            let child_abs = abs.join(os);
+            if (is_dir && os == "target" && is_cargo_target(dir, os))
+                || self.off_limits.contains(&child_abs)
+                || rules.ignored(&child_abs, is_dir)
+            {
+                continue;
+            }
+            let shown = os.to_string_lossy().into_owned();
+            let child_rel = if rel.is_empty() {
+                shown.clone()
+            } else {
+                format!("{rel}/{shown}")
+            };
+            self.listing.entries.push(TreeEntry {
+                path: child_rel.clone(),
+                name: shown,
+                depth,
+                is_dir,
+                is_symlink: ft == fs::FileType::Symlink,
+                size: if ft == fs::FileType::RegularFile {
+                    st.st_size as u64
+                } else {
+                    0
+                },
+            });
+            if is_dir && depth < self.max_depth {
+                let flags = fs::OFlags::RDONLY
+                    | fs::OFlags::DIRECTORY
+                    | fs::OFlags::NOFOLLOW
+                    | fs::OFlags::CLOEXEC;
+                let Ok(sub) = fs::openat(dir, name.as_c_str(), flags, fs::Mode::empty()) else {
+                    continue;
+                };
+                let sub_rules = rules.child(&child_abs, ignores::Stamp::of(&st));
+                if !self.visit(sub, &child_abs, &child_rel, depth + 1, &sub_rules) {
+                    return false;
+                }
+            }
+        }
+        true
     }
-    Ok(listing)
+}
+
+/// Cargo's build directory (tagged), not a source directory that happens to be called `target`.
+fn is_cargo_target(dir: BorrowedFd<'_>, name: &OsStr) -> bool {
+    let base = Path::new(name);
+    ["CACHEDIR.TAG", ".rustc_info.json"]
+        .iter()
+        .any(|f| fs::statat(dir, base.join(f), fs::AtFlags::SYMLINK_NOFOLLOW).is_ok())
 }
 
 /// `path`'s parent directory within a listing (`""` for the listed directory's children).

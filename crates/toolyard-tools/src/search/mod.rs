@@ -13,6 +13,7 @@
 
 pub mod glob;
 pub mod grep;
+mod ignores;
 pub mod list;
 mod pattern;
 mod walk;
