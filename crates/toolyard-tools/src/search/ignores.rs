@@ -40,8 +40,8 @@ impl Stamp {
     /// The stamp of `st` (from `lstat` through a directory handle).
     pub(crate) fn of(st: &rustix::fs::Stat) -> Self {
         Self {
-            dev: st.st_dev as u64,
-            ino: st.st_ino as u64,
+            dev: st.st_dev,
+            ino: st.st_ino,
             mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
             ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
             len: st.st_size as u64,
