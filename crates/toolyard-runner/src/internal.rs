@@ -477,10 +477,8 @@ async fn export(
     cancel: &CancellationToken,
 ) -> Result<Value, ToolError> {
     if !root.join(".git").exists() {
-        return Err(ToolError::Unavailable(format!(
-            "the runner's workspace {} is not a git checkout",
-            root.display()
-        )));
+        // The server diffs the journaled files instead.
+        return Ok(json!({ "git": false }));
     }
     let base = match a.base {
         Some(b) if b.starts_with('-') => {

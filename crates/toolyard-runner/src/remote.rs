@@ -387,6 +387,9 @@ impl crate::Dispatcher {
         let router = self.remote_router("workspace export")?;
         let args = json!({ "base": base });
         let data = internal(router, session, self.file_lane(), "export", args, limit).await?;
+        if data.get("git") == Some(&Value::Bool(false)) {
+            return self.export_journaled(session).await;
+        }
         let patch = data
             .get("patch")
             .and_then(Value::as_str)
@@ -401,6 +404,52 @@ impl crate::Dispatcher {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string(),
+        })
+    }
+
+    /// The session's changes in a workspace that is not a git checkout: a unified diff of each
+    /// path it changed, from the journal's content before its first change to the runner's
+    /// content now.
+    async fn export_journaled(&self, session: &str) -> Result<Export, ToolError> {
+        let local = self
+            .env()
+            .local
+            .clone()
+            .ok_or_else(|| ToolError::Unavailable("this process keeps no journal".into()))?;
+        let remote = local
+            .remote()
+            .cloned()
+            .ok_or_else(|| ToolError::Unavailable("no remote runner".into()))?;
+        let mut changes = local.journal.list(&toolyard_workspace::ChangeFilter {
+            session: Some(session.to_string()),
+            status: Some(toolyard_workspace::ChangeStatus::Done),
+            ..Default::default()
+        })?;
+        changes.reverse();
+        let mut first: Vec<Change> = Vec::new();
+        for c in changes {
+            if !first.iter().any(|f| f.path == c.path) {
+                first.push(c);
+            }
+        }
+        first.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut patch = Vec::new();
+        for c in first {
+            let before = match local.journal.old_content(c.id)? {
+                Some(mut r) => {
+                    let mut b = Vec::new();
+                    std::io::Read::read_to_end(&mut r, &mut b)
+                        .map_err(|e| ToolError::Io(format!("change {}: {e}", c.id)))?;
+                    Some(b)
+                }
+                None => None,
+            };
+            let now = remote.read_state(session, &c.path).await?;
+            patch.extend(unified(&c.path, before.as_deref(), c.old_mode, &now));
+        }
+        Ok(Export {
+            patch,
+            base: "the journal's content before each file's first change".into(),
         })
     }
 
@@ -450,6 +499,63 @@ impl crate::Dispatcher {
         }
         out
     }
+}
+
+/// A `git apply`-able diff of `path` from `before` (`None`: absent) to `now`.
+fn unified(path: &str, before: Option<&[u8]>, old_mode: Option<u32>, now: &FileState) -> Vec<u8> {
+    let after = now.content.as_deref();
+    if before == after {
+        return Vec::new();
+    }
+    let mode = |m: Option<u32>| {
+        if m.unwrap_or(0o644) & 0o111 != 0 {
+            "100755"
+        } else {
+            "100644"
+        }
+    };
+    let mut out = format!("diff --git a/{path} b/{path}\n");
+    match (before, after) {
+        (None, _) => out.push_str(&format!("new file mode {}\n", mode(now.mode))),
+        (_, None) => out.push_str(&format!("deleted file mode {}\n", mode(old_mode))),
+        _ if mode(old_mode) != mode(now.mode) => out.push_str(&format!(
+            "old mode {}\nnew mode {}\n",
+            mode(old_mode),
+            mode(now.mode)
+        )),
+        _ => {}
+    }
+    let text = |b: Option<&[u8]>| match b {
+        None => Some(String::new()),
+        Some(b) if b.contains(&0) => None,
+        Some(b) => String::from_utf8(b.to_vec()).ok(),
+    };
+    let (old_name, new_name) = (
+        if before.is_some() {
+            format!("a/{path}")
+        } else {
+            "/dev/null".into()
+        },
+        if after.is_some() {
+            format!("b/{path}")
+        } else {
+            "/dev/null".into()
+        },
+    );
+    match (text(before), text(after)) {
+        (Some(old), Some(new)) => {
+            let diff = similar::TextDiff::from_lines(&old, &new);
+            out.push_str(
+                &diff
+                    .unified_diff()
+                    .context_radius(3)
+                    .header(&old_name, &new_name)
+                    .to_string(),
+            );
+        }
+        _ => out.push_str(&format!("Binary files {old_name} and {new_name} differ\n")),
+    }
+    out.into_bytes()
 }
 
 /// Fill `buf` from `r` as far as it goes; the bytes read.

@@ -623,6 +623,57 @@ fn a_git_import_edited_then_exported_gives_a_patch_that_git_apply_takes() {
 }
 
 #[test]
+fn export_without_git_diffs_the_journaled_files_from_their_first_pre_image() {
+    let e = env();
+    e.ok("cli", "read_file", json!({"path": "a.txt"}));
+    e.ok(
+        "cli",
+        "edit_file",
+        json!({"path": "a.txt", "old_string": "remote one", "new_string": "remote two"}),
+    );
+    e.ok(
+        "cli",
+        "edit_file",
+        json!({"path": "a.txt", "old_string": "two", "new_string": "three"}),
+    );
+    e.ok(
+        "cli",
+        "write_file",
+        json!({"path": "n/new.txt", "content": "fresh\n"}),
+    );
+    let o = e.cli(&["workspace", "export"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let patch = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        patch.contains("-remote one\n+remote three\n") && !patch.contains("remote two"),
+        "{patch}"
+    );
+    assert!(
+        patch.contains("new file mode 100644\n--- /dev/null\n+++ b/n/new.txt"),
+        "{patch}"
+    );
+    // It applies to the runner's tree as it was.
+    let check = e.base.join("check");
+    std::fs::create_dir(&check).unwrap();
+    std::fs::write(check.join("a.txt"), "remote one\n").unwrap();
+    std::fs::write(e.base.join("p.patch"), &patch).unwrap();
+    let o = Command::new("git")
+        .args(["apply", "../p.patch"])
+        .current_dir(&check)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(check.join("a.txt")).unwrap(),
+        "remote three\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(check.join("n/new.txt")).unwrap(),
+        "fresh\n"
+    );
+}
+
+#[test]
 fn a_directory_import_is_sent_over_the_link() {
     let e = env();
     let src = e.base.join("src-dir");
