@@ -116,7 +116,7 @@ pub struct Dispatcher {
     /// The catalog's `[policy]`, for the command policy layer.
     policy: CommandPolicy,
     config: DispatcherConfig,
-    router: Option<Router>,
+    router: Option<Arc<Router>>,
     hooks: Hooks,
     calls: AtomicU64,
 }
@@ -187,7 +187,24 @@ impl Dispatcher {
                         state_dir: config.state_dir.clone(),
                     }),
                 };
-                Some(Router::with_link(link, env.records.clone()))
+                let router = Arc::new(Router::with_link(link, env.records.clone()));
+                if router.is_remote()
+                    && let Some(local) = &env.local
+                {
+                    // Undo restores, and recovery settles, on the runner's side.
+                    let lane = config
+                        .catalog
+                        .tool("edit_file")
+                        .map_or(Lane::NoNet, |s| s.lane);
+                    local.set_remote(Arc::new(crate::remote::RouterFiles {
+                        router: Arc::downgrade(&router),
+                        lane,
+                    }));
+                    let _ = router
+                        .recovery
+                        .set(Arc::new(crate::remote::Recovery::new(local.clone())));
+                }
+                Some(router)
             }
         };
         Ok(Self {
@@ -276,7 +293,7 @@ impl Dispatcher {
 
     /// Whether the runners' workspace is elsewhere (the catalog's `[remote]` link).
     pub fn is_remote(&self) -> bool {
-        self.router.as_ref().is_some_and(Router::is_remote)
+        self.router.as_deref().is_some_and(Router::is_remote)
     }
 
     /// The catalog entry a served tool runs under (its lane and limits).
@@ -300,7 +317,7 @@ impl Dispatcher {
 
     /// The router, when calls run in lanes.
     pub fn router(&self) -> Option<&Router> {
-        self.router.as_ref()
+        self.router.as_deref()
     }
 
     /// Run one call through the layers of [`crate::layers`], then the hooks around its
@@ -469,13 +486,6 @@ impl Dispatcher {
                     Err(e) => return e.into(),
                 }
             }
-        }
-        if self.is_remote() && entry.engine == "undo" {
-            // Undo writes the files, which are on the runner's side: not from here.
-            return ToolError::Unavailable(
-                "undo is not available with a [remote] runner yet: the files are on the runner's side; restore the previous content with write_file or edit_file (`toolyard log` lists the changes)".into(),
-            )
-            .into();
         }
         let remote = self.is_remote();
         if let (Some(router), false) = (&self.router, in_server(entry.engine, remote)) {

@@ -8,10 +8,12 @@
 mod check;
 mod dispatcher;
 pub mod hooks;
+mod internal;
 mod layers;
 pub mod link;
 pub mod process;
 pub mod protocol;
+mod remote;
 pub mod router;
 
 pub use check::check_catalog;
@@ -19,4 +21,5 @@ pub use dispatcher::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 pub use hooks::{HookCall, Hooks, HooksConfig};
 pub use link::{CommandLink, RemoteConfig, RunnerLink, RunnerSpawn};
 pub use process::{RunnerArgs, runner_main};
+pub use remote::Export;
 pub use router::Router;

@@ -21,8 +21,8 @@ use toolyard_tools::{Dialect, ToolEnv};
 use toolyard_workspace::{RelPath, StateDir, Workspace};
 
 use crate::protocol::{
-    FromRunner, Hello, Job, LineReader, MAX_LINE_BYTES, MAX_PRE_IMAGE_BYTES, MISSED_PINGS,
-    PROTOCOL_VERSION, PreImageWire, RecordOp, Reply, ToRunner, encode,
+    FromRunner, Hello, INTERNAL_DIALECT, Job, LineReader, MAX_LINE_BYTES, MAX_PRE_IMAGE_BYTES,
+    MISSED_PINGS, PROTOCOL_VERSION, PreImageWire, RecordOp, Reply, ToRunner, encode,
 };
 
 /// How long a runner waits for the router's hello after saying it is ready.
@@ -309,6 +309,10 @@ struct RemoteRecords {
 
 impl RemoteRecords {
     async fn ask(&self, op: RecordOp) -> Result<Option<i64>, ToolError> {
+        self.ask_reply(op).await?.into_result()
+    }
+
+    async fn ask_reply(&self, op: RecordOp) -> Result<Reply, ToolError> {
         let rid = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().await.insert(rid, tx);
@@ -316,11 +320,9 @@ impl RemoteRecords {
             .send(FromRunner::Request { rid, op })
             .await
             .map_err(|_| ToolError::Unavailable("the router is gone".into()))?;
-        rx.await
-            .map_err(|_| {
-                ToolError::Unavailable("the router did not answer a records request".into())
-            })?
-            .into_result()
+        rx.await.map_err(|_| {
+            ToolError::Unavailable("the router did not answer a records request".into())
+        })
     }
 
     async fn answer(&self, rid: u64, reply: Reply) {
@@ -411,10 +413,30 @@ impl Records for RemoteRecords {
             .await
             .map(drop)
     }
+
+    async fn undo_last_of_path(
+        &self,
+        session: &str,
+        call_id: &str,
+        path: &RelPath,
+    ) -> Result<Vec<toolyard_workspace::UndoOutcome>, ToolError> {
+        let op = RecordOp::UndoLast {
+            session: session.into(),
+            call_id: call_id.into(),
+            path: path.as_str().into(),
+        };
+        match self.ask_reply(op).await? {
+            Reply::Undone(out) => Ok(out),
+            Reply::Err(e) => Err(e),
+            Reply::Ok(_) => Err(ToolError::Io(
+                "the router answered an undo without its outcome".into(),
+            )),
+        }
+    }
 }
 
 /// What `path` holds now, for the router's journal: its bytes and mode, or absent.
-fn pre_image(ws: &Workspace, path: &RelPath) -> Result<PreImageWire, ToolError> {
+pub(crate) fn pre_image(ws: &Workspace, path: &RelPath) -> Result<PreImageWire, ToolError> {
     use cap_std::fs::PermissionsExt;
     use std::io::Read;
     let Some(meta) = ws.metadata(path)? else {
@@ -506,6 +528,7 @@ async fn serve(
     let tools = Arc::new(tools);
     let slots = Arc::new(Semaphore::new(slots.max(1)));
     let jobs: Arc<Mutex<HashMap<String, CancellationToken>>> = Arc::default();
+    let internal = Arc::new(crate::internal::Internal::default());
     let _ = out
         .send(FromRunner::Ready {
             proto: PROTOCOL_VERSION,
@@ -571,6 +594,22 @@ async fn serve(
             }
         };
         match msg {
+            ToRunner::Job(job) if job.dialect == INTERNAL_DIALECT => {
+                // The server's own jobs take no slot: an undo_edit holding the lane's last
+                // slot waits on the restore it asked for.
+                let cancel = CancellationToken::new();
+                jobs.lock().await.insert(job.id.clone(), cancel.clone());
+                let (out, env, jobs, internal) =
+                    (out.clone(), env.clone(), jobs.clone(), internal.clone());
+                tokio::spawn(async move {
+                    let timeout = Duration::from_millis(job.timeout_ms.max(1));
+                    let result = internal
+                        .run(&env, &job.tool, job.args, timeout, &cancel)
+                        .await;
+                    jobs.lock().await.remove(&job.id);
+                    let _ = out.send(FromRunner::Result { id: job.id, result }).await;
+                });
+            }
             ToRunner::Job(job) => {
                 let cancel = CancellationToken::new();
                 jobs.lock().await.insert(job.id.clone(), cancel.clone());

@@ -21,11 +21,29 @@
 //! - `{"type":"result","id":"7","result":{ToolResult}}`
 //! - `{"type":"progress","id":"7","progress":{"progress":3.0,"message":".."}}`
 //! - `{"type":"request","rid":3,"op":{"record_read":{..}}}`: a runner may not write Toolyard's
-//!   state, so it asks the router to record reads, check and record writes, and journal.
+//!   state, so it asks the router to record reads, check and record writes, journal, and undo
+//!   (`undo_last`, anthropic's `undo_edit`; answered `{"undone":[UndoOutcome, ...]}`).
+//!
+//! Internal jobs (dialect [`INTERNAL_DIALECT`], never a model's tool): what the server asks of
+//! a remote runner's workspace, so that it never needs the files on its own disk. Each answers
+//! a result whose `data` holds what it found, or `{"internal_error": ToolError}`.
+//! - `read_state {path}`: the file's bytes (base64) and mode, or absent (undo reads it first);
+//! - `restore {path, expect_hash, content, mode}`: write `content` (absent: remove), atomically,
+//!   only if the file's hash is `expect_hash` (absent: only if it is absent); answers `hash`;
+//! - `hashes {paths, clean}`: each path's hash or null (recovery; `clean` removes the temp files
+//!   a killed write left beside them);
+//! - `spill_read {name, offset, len}`: a slice of a saved command output (`outputs/NAME`);
+//! - `hydrate {git: {url, rev}}` / `hydrate {upload, seq, data, last}`: bring a workspace in,
+//!   from a git revision or a tar archive sent in chunks;
+//! - `export {base}`: the workspace's changes as a patch (git checkouts only).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolyard_core::{Progress, ToolError, ToolResult};
+
+/// The dialect of the internal jobs (see the module docs): the dispatcher never gives a
+/// model's call this dialect, so a model cannot reach them.
+pub const INTERNAL_DIALECT: &str = "internal";
 
 /// The version of this protocol. 1 was the unversioned protocol before the hello (a runner of
 /// it sends a `ready` without `proto`).
@@ -229,6 +247,16 @@ pub enum RecordOp {
         /// Whether it landed.
         done: bool,
     },
+    /// Undo the session's last change of the path (anthropic's `undo_edit`): the server plans
+    /// it from the journal and restores the file with a `restore` job.
+    UndoLast {
+        /// Session.
+        session: String,
+        /// Call id (the undo's own journal entry).
+        call_id: String,
+        /// Workspace-relative path.
+        path: String,
+    },
 }
 
 /// A file's previous state on the wire (see `toolyard_workspace::PreImage`).
@@ -284,6 +312,8 @@ pub enum Reply {
     Ok(Option<i64>),
     /// Refused or failed, with the error the runner's tool passes on to the model.
     Err(ToolError),
+    /// An `undo_last` was done: the path's own undo first, then the other files of its group.
+    Undone(Vec<toolyard_workspace::UndoOutcome>),
 }
 
 impl Reply {
@@ -300,6 +330,7 @@ impl Reply {
         match self {
             Reply::Ok(v) => Ok(v),
             Reply::Err(e) => Err(e),
+            Reply::Undone(outs) => Ok(outs.first().map(|o| o.undo.0)),
         }
     }
 }

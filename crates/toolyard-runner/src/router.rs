@@ -54,15 +54,21 @@ type PendingMap = Arc<std::sync::Mutex<HashMap<String, Pending>>>;
 type LostIds = Arc<std::sync::Mutex<HashMap<Option<String>, HashSet<String>>>>;
 
 /// Which runner: the session token (`None` when runners serve every session) and the lane.
-type Key = (Option<String>, Lane);
+pub(crate) type Key = (Option<String>, Lane);
 
 /// One live link to a runner.
-struct RunnerConn {
+pub(crate) struct RunnerConn {
     tx: mpsc::Sender<ToRunner>,
     pending: PendingMap,
     alive: Arc<AtomicBool>,
     pid: u32,
+    /// What its sandbox enforces, from its `ready`.
+    sandbox: String,
 }
+
+/// Journal entries whose runner's link died before it ended them, per session token: the
+/// next runner of that token settles them from the file's hash.
+pub(crate) type Orphans = Arc<std::sync::Mutex<HashMap<Option<String>, HashSet<i64>>>>;
 
 /// Where the runner of one key lives: starting one holds `start` (so two calls never start
 /// two), and only that key's calls wait behind a slow start, not every session's.
@@ -92,6 +98,10 @@ pub struct Router {
     next_job: AtomicU64,
     /// Background process ids whose runner died (and killed them), per session token.
     lost: LostIds,
+    /// Journal entries a dead link left pending, per session token.
+    pub(crate) orphans: Orphans,
+    /// Settles pending journal entries when a remote runner starts (set by the dispatcher).
+    pub(crate) recovery: std::sync::OnceLock<Arc<crate::remote::Recovery>>,
 }
 
 impl Router {
@@ -109,6 +119,8 @@ impl Router {
             runners: std::sync::Mutex::default(),
             next_job: AtomicU64::new(1),
             lost: Arc::default(),
+            orphans: Arc::default(),
+            recovery: std::sync::OnceLock::new(),
         }
     }
 
@@ -117,7 +129,7 @@ impl Router {
         self.link.is_remote()
     }
 
-    fn token(&self, session: &str) -> Option<String> {
+    pub(crate) fn token(&self, session: &str) -> Option<String> {
         self.link.per_session().then(|| session_token(session))
     }
 
@@ -218,6 +230,13 @@ impl Router {
         self.pid_of(&(self.token(session), lane)).await
     }
 
+    /// What the sandbox of `session`'s runner in `lane` enforces, as its `ready` said; the
+    /// runner is started if none runs.
+    pub async fn sandbox_report(&self, session: &str, lane: Lane) -> Result<String, ToolError> {
+        let key = (self.token(session), lane);
+        Ok(self.runner(&key).await?.sandbox.clone())
+    }
+
     async fn pid_of(&self, key: &Key) -> Option<u32> {
         let slot = self.runners.lock().ok()?.get(key).cloned()?;
         slot.live().map(|r| r.pid)
@@ -248,7 +267,7 @@ impl Router {
     pub async fn submit_with(
         &self,
         lane: Lane,
-        mut job: Job,
+        job: Job,
         cancel: CancellationToken,
         progress: ProgressSink,
         mutating: bool,
@@ -258,6 +277,20 @@ impl Router {
             Ok(c) => c,
             Err(e) => return e.into(),
         };
+        self.submit_on(&conn, lane, job, cancel, progress, mutating)
+            .await
+    }
+
+    /// Run `job` on the runner behind `conn`.
+    pub(crate) async fn submit_on(
+        &self,
+        conn: &RunnerConn,
+        lane: Lane,
+        mut job: Job,
+        cancel: CancellationToken,
+        progress: ProgressSink,
+        mutating: bool,
+    ) -> ToolResult {
         let gone = || link_died(lane, "it ended before the call was sent", false);
         job.id = self.next_job.fetch_add(1, Ordering::Relaxed).to_string();
         let id = job.id.clone();
@@ -323,6 +356,10 @@ impl Router {
             return Ok(r);
         }
         let conn = Arc::new(self.start(key).await?);
+        // Before any call uses it: settle what a dead link left pending on this workspace.
+        if let Some(recovery) = self.recovery.get() {
+            recovery.settle(self, &conn, key).await;
+        }
         if let Ok(mut c) = slot.conn.lock() {
             *c = Some(conn.clone());
         }
@@ -364,7 +401,7 @@ impl Router {
                 START_TIMEOUT.as_secs()
             ))),
         };
-        let (pid, max_frame) = match ready {
+        let (pid, max_frame, sandbox) = match ready {
             Ok(r) => r,
             Err(e) => {
                 if let Some(c) = child.as_mut() {
@@ -404,19 +441,25 @@ impl Router {
                 records: self.records.clone(),
                 remote: self.link.is_remote(),
             },
-            (issued, self.lost.clone(), key.0.clone()),
+            (
+                issued,
+                self.lost.clone(),
+                key.0.clone(),
+                self.orphans.clone(),
+            ),
         ));
         Ok(RunnerConn {
             tx,
             pending,
             alive,
             pid,
+            sandbox,
         })
     }
 }
 
 /// The runner's pid and the largest line it reads, from its `ready` line, or why it is not one.
-fn ready_of(line: Option<&str>, lane: Lane, link: &str) -> Result<(u32, usize), ToolError> {
+fn ready_of(line: Option<&str>, lane: Lane, link: &str) -> Result<(u32, usize, String), ToolError> {
     let Some(line) = line else {
         return Err(ToolError::Unavailable(format!(
             "the {lane} runner did not start ({link} ended without a word)"
@@ -445,7 +488,7 @@ fn ready_of(line: Option<&str>, lane: Lane, link: &str) -> Result<(u32, usize), 
                 Ok(0) | Err(_) => MAX_LINE_BYTES,
                 Ok(m) => m.min(MAX_LINE_BYTES),
             };
-            Ok((pid, max))
+            Ok((pid, max, sandbox))
         }
         _ => Err(ToolError::Unavailable(format!(
             "the {lane} runner did not start: its first line is not a ready message ({}); is {link} starting `toolyard runner`?",
@@ -569,7 +612,7 @@ async fn read_results(
     // flight on it); dropping the runner closes the runner's stdin, and it exits.
     tx: mpsc::WeakSender<ToRunner>,
     shared: Shared,
-    (issued, lost, token): (IdSet, LostIds, Option<String>),
+    (issued, lost, token, orphans): (IdSet, LostIds, Option<String>, Orphans),
 ) {
     let lane = link.lane;
     let shared = Arc::new(shared);
@@ -651,17 +694,12 @@ async fn read_results(
                 tokio::spawn(async move {
                     let is_begin = matches!(op, RecordOp::JournalBegin { .. });
                     let result = apply(shared.records.as_ref(), op, shared.remote).await;
-                    if let (true, Ok(Some(change))) = (is_begin, &result)
+                    if let (true, Reply::Ok(Some(change))) = (is_begin, &result)
                         && let Ok(mut b) = begun.lock()
                     {
                         b.insert(*change);
                     }
-                    let _ = tx
-                        .send(ToRunner::Reply {
-                            rid,
-                            result: Reply::from_result(result),
-                        })
-                        .await;
+                    let _ = tx.send(ToRunner::Reply { rid, result }).await;
                 });
             }
             FromRunner::Ping { seq } => {
@@ -676,6 +714,10 @@ async fn read_results(
     alive.store(false, Ordering::SeqCst);
     // Its background processes died with it (their inits die with the runner's thread).
     if let (Ok(mut from), Ok(mut to)) = (issued.lock(), lost.lock()) {
+        to.entry(token.clone()).or_default().extend(from.drain());
+    }
+    // Journal entries it began and never ended: the next runner settles them.
+    if let (Ok(mut from), Ok(mut to)) = (begun.lock(), orphans.lock()) {
         to.entry(token).or_default().extend(from.drain());
     }
     let mut why = why;
@@ -706,7 +748,8 @@ fn claim_is_owned(
         RecordOp::RecordRead { session, .. }
         | RecordOp::CheckWrite { session, .. }
         | RecordOp::RecordWrite { session, .. }
-        | RecordOp::JournalBegin { session, .. } => session,
+        | RecordOp::JournalBegin { session, .. }
+        | RecordOp::UndoLast { session, .. } => session,
         RecordOp::JournalEnd { change, .. } => {
             let owned = begun.lock().map(|mut b| b.remove(change)).unwrap_or(false);
             return if owned {
@@ -735,20 +778,42 @@ fn claim_is_owned(
 
 /// Carry out a runner's records request with the server's own records. `remote`: the
 /// runner's workspace is not on this disk, so a journal request must bring its pre-image.
-async fn apply(
+async fn apply(records: &dyn Records, op: RecordOp, remote: bool) -> Reply {
+    if let RecordOp::UndoLast {
+        session,
+        call_id,
+        path,
+    } = &op
+    {
+        let undone = match relative(path) {
+            Ok(rel) => records.undo_last_of_path(session, call_id, &rel).await,
+            Err(e) => Err(e),
+        };
+        return match undone {
+            Ok(out) => Reply::Undone(out),
+            Err(e) => Reply::Err(e),
+        };
+    }
+    Reply::from_result(apply_record(records, op, remote).await)
+}
+
+/// `p` as a workspace-relative path, refused unless it is one.
+fn relative(p: &str) -> Result<RelPath, ToolError> {
+    // Runners send paths they resolved beneath the root; refuse anything that is not one.
+    let bad = p.starts_with('/')
+        || (p != "." && p.split('/').any(|c| c.is_empty() || c == "." || c == ".."));
+    if bad {
+        return Err(ToolError::outside(p, "not a workspace-relative path"));
+    }
+    Ok(RelPath::from_normalized(p))
+}
+
+async fn apply_record(
     records: &dyn Records,
     op: RecordOp,
     remote: bool,
 ) -> Result<Option<i64>, ToolError> {
-    let rel = |p: &str| -> Result<RelPath, ToolError> {
-        // Runners send paths they resolved beneath the root; refuse anything that is not one.
-        let bad = p.starts_with('/')
-            || (p != "." && p.split('/').any(|c| c.is_empty() || c == "." || c == ".."));
-        if bad {
-            return Err(ToolError::outside(p, "not a workspace-relative path"));
-        }
-        Ok(RelPath::from_normalized(p))
-    };
+    let rel = relative;
     match op {
         RecordOp::RecordRead {
             session,
@@ -807,6 +872,9 @@ async fn apply(
         }
         RecordOp::JournalEnd { change, done } => {
             records.journal_end(change, done).await.map(|_| None)
+        }
+        RecordOp::UndoLast { .. } => {
+            Err(ToolError::Io("internal: undo_last in apply_record".into()))
         }
     }
 }
@@ -873,6 +941,9 @@ mod tests {
         assert!(e.contains("upgrade this toolyard server"), "{e}");
         let ok =
             r#"{"type":"ready","proto":2,"max_frame":1000,"lane":"net","pid":7,"sandbox":"x"}"#;
-        assert_eq!(ready_of(Some(ok), Lane::Net, "x").unwrap(), (7, 1000));
+        assert_eq!(
+            ready_of(Some(ok), Lane::Net, "x").unwrap(),
+            (7, 1000, "x".to_string())
+        );
     }
 }

@@ -6,13 +6,16 @@
 //! Toolyard's state directory).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use async_trait::async_trait;
 use toolyard_core::ToolError;
 use toolyard_workspace::{
-    ChangeId, Journal, Ledger, LedgerUpdate, NewChange, PreImage, RelPath, Via, Workspace,
+    ChangeId, Journal, Ledger, LedgerUpdate, NewChange, PreImage, RelPath, UndoOutcome, Via,
+    Workspace,
 };
+
+use crate::remote::RemoteFiles;
 
 /// What the file tools record per session: reads, writes, and journal entries.
 #[async_trait]
@@ -95,6 +98,19 @@ pub trait Records: Send + Sync {
             "cannot remove {path} here: file removals are journaled only in the server process"
         )))
     }
+    /// Undo `session`'s last change of `path` that is not undone (anthropic's `undo_edit`),
+    /// with the other changes of its group, journaled as changes of `call_id`: the path's own
+    /// undo first. Only the server keeps the journal: a runner asks it.
+    async fn undo_last_of_path(
+        &self,
+        _session: &str,
+        _call_id: &str,
+        path: &RelPath,
+    ) -> Result<Vec<UndoOutcome>, ToolError> {
+        Err(ToolError::Unavailable(format!(
+            "cannot undo {path} here: only the server keeps the journal"
+        )))
+    }
 }
 
 /// [`Records`] kept in this process: the read ledger in memory (written behind to the state
@@ -112,6 +128,9 @@ pub struct LocalRecords {
     /// leaves its reads in the database for the next one).
     behind: Mutex<Option<mpsc::Sender<LedgerUpdate>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The runner's workspace, when the files are not on this disk (a `[remote]` link): undo
+    /// restores through it instead of writing `workspace`.
+    remote: OnceLock<Arc<dyn RemoteFiles>>,
 }
 
 /// The most updates the write-behind thread commits in one transaction.
@@ -141,7 +160,21 @@ impl LocalRecords {
             seen: Mutex::new(HashMap::new()),
             behind: Mutex::new(writer.is_some().then_some(tx)),
             writer: Mutex::new(writer),
+            remote: OnceLock::new(),
         }
+    }
+
+    /// The files live with a remote runner, reached through `files`: undo restores there.
+    /// Set once (by the dispatcher that owns the link).
+    pub fn set_remote(&self, files: Arc<dyn RemoteFiles>) {
+        if self.remote.set(files).is_err() {
+            tracing::warn!("the remote files of these records were already set");
+        }
+    }
+
+    /// The runner's workspace, when the files are remote.
+    pub fn remote(&self) -> Option<&Arc<dyn RemoteFiles>> {
+        self.remote.get()
     }
 
     /// What `session` last saw of `path`: memory first, then the database (another process's
@@ -320,6 +353,31 @@ impl Records for LocalRecords {
             group.map(ChangeId),
         )?;
         Ok(id.0)
+    }
+
+    async fn undo_last_of_path(
+        &self,
+        session: &str,
+        call_id: &str,
+        path: &RelPath,
+    ) -> Result<Vec<UndoOutcome>, ToolError> {
+        let changes = self.journal.list(&toolyard_workspace::ChangeFilter {
+            session: Some(session.to_string()),
+            path: Some(path.as_str().to_string()),
+            status: Some(toolyard_workspace::ChangeStatus::Done),
+            limit: None,
+        })?;
+        let last = changes
+            .iter()
+            .find(|c| c.undoes.is_none() && c.undone_by.is_none())
+            .ok_or_else(|| {
+                ToolError::NotFound(format!("no edit of {path} by this session is left to undo"))
+            })?;
+        let mut undone = crate::undo::undo_change(self, last.id, session, call_id, false).await?;
+        if let Some(i) = undone.iter().position(|o| o.undone == last.id) {
+            undone.swap(0, i);
+        }
+        Ok(undone)
     }
 
     async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError> {

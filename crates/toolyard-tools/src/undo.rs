@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
-use toolyard_workspace::{ChangeId, RelPath, UndoOutcome};
+use toolyard_workspace::{ChangeId, PreImage, RelPath, UndoOutcome};
 
 use crate::records::LocalRecords;
 
@@ -63,18 +63,8 @@ impl TypedTool for Undo {
                 })?,
         };
         let change = journal.get(id)?;
-        let undone = journal.undo_group(
-            &self.records.workspace,
-            id,
-            &ctx.session_id,
-            &ctx.call_id,
-            args.force,
-        )?;
-        for out in &undone {
-            let rel = RelPath::from_normalized(&out.path);
-            self.records
-                .set_view(&ctx.session_id, &rel, out.new_hash.as_deref());
-        }
+        let undone =
+            undo_change(&self.records, id, &ctx.session_id, &ctx.call_id, args.force).await?;
         let files: Vec<String> = undone.iter().map(|o| o.path.clone()).collect();
         let [out] = undone.as_slice() else {
             return Ok(group_result(id, &change.tool, &undone).with_files_changed(files));
@@ -134,6 +124,127 @@ fn group_result(id: ChangeId, tool: &str, undone: &[UndoOutcome]) -> ToolResult 
         if redo { "revert again" } else { "redo" }
     ))
     .with_data(json!({"undo": first, "undone": id, "redo": redo, "files": undone}))
+}
+
+/// The most bytes an undo sends to a remote runner at once (the journal holds at most a
+/// remote pre-image's worth for a remote file; a larger local entry cannot cross the link).
+const MAX_REMOTE_RESTORE: u64 = 16 << 20;
+
+/// Undo change `id`, with every other change of its group (the files one call changed
+/// together), as `session`'s call `call_id`: on this disk, or, when the files live with a
+/// remote runner, as a compare-and-swap there (the journal and its planning stay here). The
+/// session's view of each file follows the restored content.
+pub async fn undo_change(
+    records: &LocalRecords,
+    id: ChangeId,
+    session: &str,
+    call_id: &str,
+    force: bool,
+) -> Result<Vec<UndoOutcome>, ToolError> {
+    let undone = match records.remote() {
+        None => records
+            .journal
+            .undo_group(&records.workspace, id, session, call_id, force)?,
+        Some(remote) => {
+            let members = records.journal.group_of(id)?;
+            if members.len() > 1 {
+                return Err(ToolError::Unavailable(format!(
+                    "change {id} is one of {} changes one {} call made together, and undoing such a group on a remote runner is not supported yet; restore the files with write_file or edit_file (`toolyard log` lists the changes)",
+                    members.len(),
+                    members[0].tool
+                )));
+            }
+            vec![undo_remote(records, remote.as_ref(), id, session, call_id, force).await?]
+        }
+    };
+    for out in &undone {
+        let rel = RelPath::from_normalized(&out.path);
+        records.set_view(session, &rel, out.new_hash.as_deref());
+    }
+    Ok(undone)
+}
+
+/// [`undo_change`] for a remote runner's file: read its current state there, check it as a
+/// local undo does, journal the undo with that content (committed), then restore under a
+/// compare-and-swap on it. The runner of the change's own session holds the file.
+async fn undo_remote(
+    records: &LocalRecords,
+    remote: &dyn crate::remote::RemoteFiles,
+    id: ChangeId,
+    session: &str,
+    call_id: &str,
+    force: bool,
+) -> Result<UndoOutcome, ToolError> {
+    let journal = &records.journal;
+    let target = journal.get(id)?;
+    // Refuse what the journal alone refuses before asking the runner anything.
+    if target.status != toolyard_workspace::ChangeStatus::Done
+        || (target.undone_by.is_some() && !force)
+    {
+        journal.undo_check(&target, target.new_hash.as_deref(), force)?;
+    }
+    let now = remote.read_state(&target.session, &target.path).await?;
+    let current = now.content.as_deref().map(toolyard_workspace::hash_bytes);
+    let forced = journal.undo_check(&target, current.as_deref(), force)?;
+    let old = match journal.old_content(id)? {
+        Some(reader) => {
+            use std::io::Read;
+            let mut bytes = Vec::new();
+            reader
+                .take(MAX_REMOTE_RESTORE + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| ToolError::Io(format!("reading change {id} from the journal: {e}")))?;
+            if bytes.len() as u64 > MAX_REMOTE_RESTORE {
+                return Err(ToolError::Unavailable(format!(
+                    "the content before change {id} is over {MAX_REMOTE_RESTORE} bytes, more than an undo sends to a remote runner; restore {} with run_command instead",
+                    target.path
+                )));
+            }
+            Some(bytes)
+        }
+        None => None,
+    };
+    let pre = PreImage {
+        content: now.content.as_deref(),
+        mode: now.mode,
+    };
+    let undo = journal.record_undo_preimage(&target, session, call_id, &pre)?;
+    let bytes = old.as_ref().map_or(0, |b| b.len() as u64);
+    let removed = old.is_none();
+    let restored = remote
+        .restore(
+            &target.session,
+            undo.0,
+            &target.path,
+            current.as_deref(),
+            old,
+            target.old_mode,
+        )
+        .await;
+    match restored {
+        Ok(_) => {
+            journal.mark_done(undo)?;
+            tracing::info!(undo = %undo, undone = %id, path = %target.path, removed, "undid a change on the remote runner");
+            Ok(UndoOutcome {
+                undo,
+                undone: id,
+                redo: target.undoes.is_some(),
+                path: target.path,
+                removed,
+                bytes,
+                mode: if removed { None } else { target.old_mode },
+                new_hash: target.old_hash,
+                forced,
+            })
+        }
+        // The runner refused: nothing was written.
+        Err(ToolError::Conflict(why)) => {
+            let _ = journal.mark_failed(undo);
+            Err(ToolError::Conflict(why))
+        }
+        // The link died: the write may or may not have landed; recovery settles the entry.
+        Err(e) => Err(e),
+    }
 }
 
 /// The `undo` tool over the server's own records.

@@ -631,7 +631,7 @@ impl Journal {
             )));
         }
         let target = self.get(id)?;
-        let (path, current, forced) = Self::check_undoable(ws, &target, force)?;
+        let (path, current, forced) = self.check_undoable(ws, &target, force)?;
         self.undo_checked(ws, target, path, current, forced, session, call_id, None)
     }
 
@@ -668,7 +668,7 @@ impl Journal {
             if m.status == ChangeStatus::Failed {
                 continue;
             }
-            let (path, current, forced) = Self::check_undoable(ws, m, force).map_err(whole)?;
+            let (path, current, forced) = self.check_undoable(ws, m, force).map_err(whole)?;
             checked.push((m.clone(), path, current, forced));
         }
         let mut done: Vec<UndoOutcome> = Vec::with_capacity(checked.len());
@@ -716,7 +716,7 @@ impl Journal {
         let mut first = None;
         for out in done.iter().rev() {
             let again = self.get(out.undo).and_then(|target| {
-                let (path, current, forced) = Self::check_undoable(ws, &target, false)?;
+                let (path, current, forced) = self.check_undoable(ws, &target, false)?;
                 self.undo_checked(ws, target, path, current, forced, session, call_id, first)
             });
             match again {
@@ -732,52 +732,17 @@ impl Journal {
         left
     }
 
-    /// Whether `target` can be undone now: its path, the file's current hash, and whether
-    /// `force` overrode a conflict.
+    /// Whether `target` can be undone now (see [`Journal::undo_check`]): its path, the file's
+    /// current hash, and whether `force` overrode a conflict.
     fn check_undoable(
+        &self,
         ws: &Workspace,
         target: &Change,
         force: bool,
     ) -> Result<(RelPath, Option<ContentHash>, bool), ToolError> {
-        let id = target.id;
-        match target.status {
-            ChangeStatus::Done => {}
-            ChangeStatus::Pending => {
-                return Err(ToolError::Conflict(format!(
-                    "change {id} is still pending: its write was never confirmed (in flight, or interrupted by a crash; restarting Toolyard settles it)"
-                )));
-            }
-            ChangeStatus::Failed => {
-                return Err(ToolError::Conflict(format!(
-                    "change {id} failed: its write never happened, so there is nothing to undo"
-                )));
-            }
-        }
-        let mut forced = false;
-        if let Some(by) = target.undone_by {
-            if !force {
-                return Err(ToolError::Conflict(format!(
-                    "change {id} was already undone by change {by}; to redo it, undo change {by}"
-                )));
-            }
-            forced = true;
-        }
         let path = ws.relative(&target.path, ws.root())?;
         let current = ws.hash_of(&path)?;
-        if current != target.new_hash {
-            if !force {
-                return Err(ToolError::Conflict(format!(
-                    "{} changed since change {id} ({}); undoing it would lose those changes. Read the file and edit it instead, or undo with force (`force: true`; `--force` on the command line) to restore the content from before change {id} anyway",
-                    target.path,
-                    if current.is_none() {
-                        "it was removed"
-                    } else {
-                        "its content differs"
-                    }
-                )));
-            }
-            forced = true;
-        }
+        let forced = self.undo_check(target, current.as_deref(), force)?;
         Ok((path, current, forced))
     }
 
@@ -854,6 +819,119 @@ impl Journal {
         }
     }
 
+    /// Whether change `target` may be undone now that its file hashes to `current` (`None`:
+    /// absent): `Ok(forced)`, where `forced` says `force` overrode a conflict, or the
+    /// `Conflict` saying why not. The checks of [`Journal::undo`], for an undo done elsewhere.
+    pub fn undo_check(
+        &self,
+        target: &Change,
+        current: Option<&str>,
+        force: bool,
+    ) -> Result<bool, ToolError> {
+        let id = target.id;
+        match target.status {
+            ChangeStatus::Done => {}
+            ChangeStatus::Pending => {
+                return Err(ToolError::Conflict(format!(
+                    "change {id} is still pending: its write was never confirmed (in flight, or interrupted by a crash; restarting Toolyard settles it)"
+                )));
+            }
+            ChangeStatus::Failed => {
+                return Err(ToolError::Conflict(format!(
+                    "change {id} failed: its write never happened, so there is nothing to undo"
+                )));
+            }
+        }
+        let mut forced = false;
+        if let Some(by) = target.undone_by {
+            if !force {
+                return Err(ToolError::Conflict(format!(
+                    "change {id} was already undone by change {by}; to redo it, undo change {by}"
+                )));
+            }
+            forced = true;
+        }
+        if current != target.new_hash.as_deref() {
+            if !force {
+                return Err(ToolError::Conflict(format!(
+                    "{} changed since change {id} ({}); undoing it would lose those changes. Read the file and edit it instead, or undo with force (`force: true`; `--force` on the command line) to restore the content from before change {id} anyway",
+                    target.path,
+                    if current.is_none() {
+                        "it was removed"
+                    } else {
+                        "its content differs"
+                    }
+                )));
+            }
+            forced = true;
+        }
+        Ok(forced)
+    }
+
+    /// Record the undo of `target` as a pending change whose previous content `pre` another
+    /// process read (a remote runner), and commit; the runner restores the file only then, and
+    /// [`Journal::mark_done`] links the undo. Check with [`Journal::undo_check`] first.
+    pub fn record_undo_preimage(
+        &self,
+        target: &Change,
+        session: &str,
+        call_id: &str,
+        pre: &PreImage<'_>,
+    ) -> Result<ChangeId, ToolError> {
+        let path = RelPath::from_normalized(&target.path);
+        let p = Pending {
+            session,
+            call_id,
+            tool: UNDO_TOOL,
+            path: &path,
+            new_hash: target.old_hash.as_deref(),
+            undoes: Some(target.id),
+            group: None,
+        };
+        let mut bytes = pre.content;
+        let content = bytes.as_mut().map(|b| b as &mut dyn Read);
+        let rec = self.insert_pending(p, content, pre.mode, &|e| {
+            ToolError::Io(format!("{}: {e}", target.path))
+        })?;
+        Ok(rec.id)
+    }
+
+    /// Take the journal's owner lock as [`Journal::recover`] does, without looking at any
+    /// file: the changes left pending when no other process has the journal open (a dead
+    /// process left them, for the caller to settle from where the files are, with
+    /// [`Journal::settle_from_hash`]), none otherwise.
+    pub fn adopt_pending(&self) -> Result<Vec<Change>, ToolError> {
+        self.with_owner(|| {
+            let mut pending = self.list(&ChangeFilter {
+                status: Some(ChangeStatus::Pending),
+                ..ChangeFilter::default()
+            })?;
+            pending.reverse();
+            Ok(pending)
+        })
+    }
+
+    /// Settle the pending change `id` from its file's hash `current` (`None`: absent), as
+    /// recovery does: done if it is the new content, failed otherwise.
+    pub fn settle_from_hash(
+        &self,
+        id: ChangeId,
+        current: Option<&str>,
+    ) -> Result<Change, ToolError> {
+        let change = self.get(id)?;
+        if change.status != ChangeStatus::Pending {
+            return Ok(change);
+        }
+        let landed = current == change.new_hash.as_deref();
+        if landed {
+            self.mark_done(id)?;
+        } else {
+            self.mark_failed(id)?;
+        }
+        tracing::info!(change = %id, path = %change.path, landed, "settled a pending change");
+        self.get(id)
+    }
+
     /// Settle the changes left `pending` by a crash: done if the file now has the new content,
     /// failed otherwise (the write never landed, the file has its old content), and remove the
     /// temp files those writes left. Call it at startup, before writes begin.
@@ -864,6 +942,15 @@ impl Journal {
     /// for as long as this `Journal` lives. When another process holds it, this one settles
     /// nothing (returns no changes), takes its share, and deletes nobody's temp files.
     pub fn recover(&self, ws: &Workspace) -> Result<Vec<Change>, ToolError> {
+        self.with_owner(|| self.settle(ws))
+    }
+
+    /// Run `work` if no other process holds the owner lock (else return nothing), then hold
+    /// the lock shared for as long as this `Journal` lives.
+    fn with_owner(
+        &self,
+        work: impl FnOnce() -> Result<Vec<Change>, ToolError>,
+    ) -> Result<Vec<Change>, ToolError> {
         let mut owner = self.owner.lock().unwrap_or_else(PoisonError::into_inner);
         let file = match owner.take() {
             Some(f) => f,
@@ -873,7 +960,7 @@ impl Journal {
             |e: io::Error| ToolError::Io(format!("cannot lock {}: {e}", self.owner_path.display()));
         let alone = flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(lock_err)?;
         let settled = if alone {
-            self.settle(ws)
+            work()
         } else {
             tracing::info!(lock = %self.owner_path.display(), "another Toolyard process has the journal open; leaving its pending changes to it");
             Ok(Vec::new())
@@ -1127,7 +1214,7 @@ fn share_owner_lock(file: &File, path: &std::path::Path) {
 
 /// Remove the temp files a write killed before its rename left next to `path` (named by
 /// `Workspace::write_atomic_from` as `.NAME.toolyard-*.tmp`). Best effort: they are only litter.
-fn remove_stale_temps(ws: &Workspace, path: &str) {
+pub fn remove_stale_temps(ws: &Workspace, path: &str) {
     let Ok(target) = ws
         .relative(path, ws.root())
         .and_then(|rel| ws.resolve(&rel, true))

@@ -41,6 +41,9 @@ enum Action {
     Undo(UndoArgs),
     /// List the plans, specs and phases the artifact tools stored.
     Artifacts(WorkspaceArgs),
+    /// Bring a remote runner's workspace in, or its changes out as a patch ([remote] catalogs).
+    #[command(subcommand)]
+    Workspace(WorkspaceCmd),
     /// Hold CLI sessions' background processes between calls (started by `call`, not by hand).
     #[command(hide = true)]
     SessionHost(host::HostArgs),
@@ -52,6 +55,58 @@ struct WorkspaceArgs {
     /// current directory).
     #[arg(long, short = 'w')]
     workspace: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum WorkspaceCmd {
+    /// Fill the remote runner's workspace from a git revision or a local directory.
+    Import(ImportArgs),
+    /// Print the remote runner's workspace changes as a patch (`git apply` applies it).
+    Export(ExportArgs),
+}
+
+#[derive(Args)]
+#[group(id = "source", required = true, multiple = false)]
+struct ImportSource {
+    /// Clone this git URL (or a path where the runner runs) into the runner's empty workspace.
+    #[arg(long, requires = "rev")]
+    from_git: Option<String>,
+    /// Send this directory (on this machine) over the link, as a tar archive.
+    #[arg(long)]
+    from_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ImportArgs {
+    #[command(flatten)]
+    source: ImportSource,
+    /// The revision to check out (a commit, tag or branch), with --from-git.
+    #[arg(long)]
+    rev: Option<String>,
+    /// The session whose runner gets the workspace (with a `{session}` template).
+    #[arg(long, default_value = "cli")]
+    session: String,
+    /// The time limit in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_s: u64,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct ExportArgs {
+    /// The revision to diff against (default: the one `workspace import --from-git` checked
+    /// out, else HEAD).
+    #[arg(long)]
+    base: Option<String>,
+    /// The session whose runner's workspace to export.
+    #[arg(long, default_value = "cli")]
+    session: String,
+    /// The time limit in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_s: u64,
+    #[command(flatten)]
+    common: Common,
 }
 
 #[derive(Args)]
@@ -67,6 +122,10 @@ struct LogArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// A catalog.toml: with a [remote] command, the files are the runner's, so nothing is
+    /// settled against this disk.
+    #[arg(long, env = "TOOLYARD_CATALOG")]
+    catalog: Option<PathBuf>,
     #[command(flatten)]
     ws: WorkspaceArgs,
 }
@@ -81,6 +140,9 @@ struct UndoArgs {
     /// Undo even if the file changed since that change.
     #[arg(long)]
     force: bool,
+    /// A catalog.toml: with a [remote] command, the undo restores the file on the runner.
+    #[arg(long, env = "TOOLYARD_CATALOG")]
+    catalog: Option<PathBuf>,
     #[command(flatten)]
     ws: WorkspaceArgs,
 }
@@ -269,6 +331,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Action::Log(args) => log(args),
         Action::Undo(args) => undo(args),
         Action::Artifacts(args) => artifacts(args),
+        Action::Workspace(cmd) => runtime()?.block_on(workspace(cmd)),
         Action::SessionHost(args) => host::host_main(args),
         Action::Runner(args) => {
             // Sandboxes itself before any thread exists: no runtime may start before this.
@@ -470,26 +533,73 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode> {
         "with --inline: nothing is sandboxed; commands run with your full access to files and \
          network, and only the file tools' paths are confined to the workspace"
     );
+    if is_remote(&catalog)? {
+        remote_doctor(&args)?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The workspace's journal, with interrupted writes settled first.
+/// Start each lane's runner through the catalog's [remote] link and print what its sandbox
+/// enforces, as its `ready` said: the report above is this machine's, not the runners'.
+fn remote_doctor(args: &DoctorArgs) -> Result<()> {
+    // The link needs a server workspace and state only to exist: throwaway ones.
+    let scratch = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let ws = scratch.path().join("ws");
+    std::fs::create_dir(&ws).context("cannot create a temporary directory")?;
+    let common = Common {
+        workspace: Some(ws),
+        catalog: args.catalog.clone(),
+        dialect: Dialect::Loopr,
+        profile: toolyard_core::ALL_PROFILE.into(),
+        inline: false,
+    };
+    let state = scratch.path().join("state");
+    let d = dispatcher_with_state(&common, Some(&state))?;
+    out!("remote runners ([remote] command), lane by lane, as each runner reports:");
+    let reports = runtime()?.block_on(d.remote_sandbox_reports("doctor"));
+    for (lane, report) in reports {
+        match report {
+            Ok(text) => {
+                out!("  {lane}:");
+                for line in text.lines() {
+                    out!("    {line}");
+                }
+            }
+            Err(e) => out!("  {lane}: NOT REACHED: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `catalog` reaches its runners through a `[remote]` link: then the files are the
+/// runner's, and nothing may be read or settled on this disk.
+fn is_remote(catalog: &Catalog) -> Result<bool> {
+    let remote: toolyard_runner::RemoteConfig = catalog.section("remote")?;
+    Ok(toolyard_runner::CommandLink::from_config(&remote).is_some())
+}
+
+/// The workspace's journal, with interrupted writes settled first when the files are on this
+/// disk (with a `remote` link they are settled by the runner's next start).
 fn journal(
     ws: Option<&Path>,
+    remote: bool,
 ) -> Result<(toolyard_workspace::Workspace, toolyard_workspace::Journal)> {
     let workspace = toolyard_workspace::Workspace::open(&workspace_root(ws)?)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let state = toolyard_workspace::StateDir::for_workspace(workspace.root())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let journal = toolyard_workspace::Journal::open(&state).map_err(|e| anyhow::anyhow!("{e}"))?;
-    journal
-        .recover(&workspace)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !remote {
+        journal
+            .recover(&workspace)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     Ok((workspace, journal))
 }
 
 fn log(args: LogArgs) -> Result<ExitCode> {
-    let (ws, journal) = journal(args.ws.workspace.as_deref())?;
+    let remote = is_remote(&load_catalog(args.catalog.as_deref())?)?;
+    let (ws, journal) = journal(args.ws.workspace.as_deref(), remote)?;
     let changes = journal
         .list(&toolyard_workspace::ChangeFilter {
             session: args.session,
@@ -535,7 +645,8 @@ fn log(args: LogArgs) -> Result<ExitCode> {
 }
 
 fn undo(args: UndoArgs) -> Result<ExitCode> {
-    let (ws, journal) = journal(args.ws.workspace.as_deref())?;
+    let remote = is_remote(&load_catalog(args.catalog.as_deref())?)?;
+    let (ws, journal) = journal(args.ws.workspace.as_deref(), remote)?;
     let id = match (args.change_id, &args.session) {
         (Some(id), _) => toolyard_workspace::ChangeId(id),
         (None, Some(s)) => journal
@@ -564,8 +675,30 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
                 )
             })?,
     };
-    // The changes one call made together (an apply_patch) are undone together.
-    match journal.undo_group(&ws, id, "cli", "cli-undo", args.force) {
+    let undone = if remote {
+        // The runner holds the files: undo through a dispatcher, which reaches it.
+        drop(journal);
+        let common = Common {
+            workspace: args.ws.workspace.clone(),
+            catalog: args.catalog.clone(),
+            dialect: Dialect::Loopr,
+            profile: toolyard_core::ALL_PROFILE.into(),
+            inline: false,
+        };
+        let dispatcher = dispatcher(&common)?;
+        let local = dispatcher
+            .env()
+            .local
+            .clone()
+            .context("internal: the server keeps no journal")?;
+        runtime()?.block_on(toolyard_tools::undo::undo_change(
+            &local, id, "cli", "cli-undo", args.force,
+        ))
+    } else {
+        // The changes one call made together (an apply_patch) are undone together.
+        journal.undo_group(&ws, id, "cli", "cli-undo", args.force)
+    };
+    match undone {
         Ok(undone) => {
             for out in &undone {
                 let what = if out.removed { "removed" } else { "restored" };
@@ -581,6 +714,55 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
         Err(e) => {
             eprintln!("toolyard: {e}");
             Ok(ExitCode::from(1))
+        }
+    }
+}
+
+async fn workspace(cmd: WorkspaceCmd) -> Result<ExitCode> {
+    match cmd {
+        WorkspaceCmd::Import(args) => {
+            let d = dispatcher(&args.common)?;
+            let limit = std::time::Duration::from_secs(args.timeout_s);
+            let done = match (&args.source.from_git, &args.source.from_dir, &args.rev) {
+                (Some(url), _, Some(rev)) => d
+                    .hydrate_git(&args.session, url, rev, limit)
+                    .await
+                    .map(|head| format!("checked out {head} of {url} in the runner's workspace")),
+                (_, Some(dir), _) => d.hydrate_dir(&args.session, dir, limit).await.map(|n| {
+                    format!(
+                        "unpacked {n} entries of {} in the runner's workspace",
+                        dir.display()
+                    )
+                }),
+                _ => bail!("give --from-git URL --rev REV, or --from-dir DIR"),
+            };
+            match done {
+                Ok(text) => {
+                    eprintln!("toolyard: {text}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("toolyard: {e}");
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+        WorkspaceCmd::Export(args) => {
+            let d = dispatcher(&args.common)?;
+            let limit = std::time::Duration::from_secs(args.timeout_s);
+            match d.export(&args.session, args.base.as_deref(), limit).await {
+                Ok(export) => {
+                    use std::io::Write as _;
+                    let mut out = std::io::stdout().lock();
+                    out.write_all(&export.patch)?;
+                    out.flush()?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("toolyard: {e}");
+                    Ok(ExitCode::from(1))
+                }
+            }
         }
     }
 }

@@ -305,21 +305,468 @@ fn file_tools_and_commands_act_on_the_runner_s_directory_and_the_journal_keeps_t
         .unwrap();
     assert_eq!(old, "remote one\n");
 
-    // Undo would write the files, which are on the runner's side: refused, nothing touched.
+    assert_eq!(snapshot(&e.server_ws), before);
+}
+
+/// The server's journal, opened beside the CLI (the state dir exists once a call ran).
+fn server_journal(e: &Env) -> toolyard_workspace::Journal {
+    let states: Vec<PathBuf> = std::fs::read_dir(e.server_state.join("workspaces"))
+        .unwrap()
+        .flatten()
+        .map(|d| d.path())
+        .collect();
+    assert_eq!(states.len(), 1, "{states:?}");
+    let state = toolyard_workspace::StateDir::at(&states[0], &e.server_ws).unwrap();
+    toolyard_workspace::Journal::open(&state).unwrap()
+}
+
+/// `toolyard log --json` as a list of changes.
+fn log(e: &Env) -> Vec<Value> {
+    let o = e.cli(&["log", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice::<Value>(&o.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn undo_and_redo_restore_the_runner_s_files_and_leave_the_server_s_untouched() {
+    let e = env();
+    let before = snapshot(&e.server_ws);
+    e.ok("s1", "read_file", json!({"path": "a.txt"}));
+    e.ok(
+        "s1",
+        "edit_file",
+        json!({"path": "a.txt", "old_string": "remote one", "new_string": "remote two"}),
+    );
+    e.ok(
+        "s1",
+        "write_file",
+        json!({"path": "made.txt", "content": "made remotely\n"}),
+    );
+    let a = e.runner_ws.join("a.txt");
+    std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o640)).unwrap();
+    // The session's last change first: the file it created goes.
+    let out = e.ok("s1", "undo", json!({}));
+    assert!(out.contains("removed made.txt"), "{out}");
+    assert!(!e.runner_ws.join("made.txt").exists());
+    // Then the edit: the runner's file has its old bytes back.
+    let out = e.ok("s1", "undo", json!({}));
+    assert!(out.contains("restored a.txt"), "{out}");
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "remote one\n");
+    // Undoing the undo redoes the edit, from the content the runner shipped to the journal;
+    // here through `toolyard undo` with the remote catalog.
+    let undo_of_edit = log(&e)
+        .into_iter()
+        .find(|c| c["tool"] == "undo" && c["path"] == "a.txt")
+        .unwrap();
+    assert_eq!(undo_of_edit["status"], "done");
+    let id = undo_of_edit["id"].as_i64().unwrap().to_string();
+    let o = e.cli(&["undo", &id]);
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "remote two\n");
+    assert_eq!(
+        std::fs::metadata(&a).unwrap().permissions().mode() & 0o777,
+        0o640,
+        "the mode the edit left is restored with its bytes"
+    );
+    // The redone edit is the session's last change again; after undoing it the session's
+    // view follows the restored bytes: it may edit them without reading again.
+    e.ok("s1", "undo", json!({}));
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "remote one\n");
+    e.ok(
+        "s1",
+        "edit_file",
+        json!({"path": "a.txt", "old_string": "one", "new_string": "three"}),
+    );
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "remote three\n");
+    assert_eq!(
+        snapshot(&e.server_ws),
+        before,
+        "the server's workspace changed"
+    );
+}
+
+#[test]
+fn undo_is_refused_when_the_runner_s_file_changed_since_and_nothing_is_written() {
+    let e = env();
+    let before = snapshot(&e.server_ws);
+    e.ok("s1", "read_file", json!({"path": "a.txt"}));
+    e.ok(
+        "s1",
+        "edit_file",
+        json!({"path": "a.txt", "old_string": "remote one", "new_string": "remote two"}),
+    );
+    // Someone else changes the runner's file after the edit.
+    std::fs::write(e.runner_ws.join("a.txt"), "changed behind our back\n").unwrap();
     let v = e.call("s1", "undo", json!({}));
     assert_eq!(v["success"], false, "{v}");
-    assert!(
-        v["output"]
-            .as_str()
-            .unwrap()
-            .contains("not available with a [remote] runner yet"),
-        "{v}"
-    );
-    assert_eq!(snapshot(&e.server_ws), before);
+    let out = v["output"].as_str().unwrap();
+    assert!(out.contains("a.txt changed since change"), "{out}");
     assert_eq!(
         std::fs::read_to_string(e.runner_ws.join("a.txt")).unwrap(),
-        "remote two\n"
+        "changed behind our back\n"
     );
+    assert!(
+        !log(&e).iter().any(|c| c["tool"] == "undo"),
+        "a refused undo journaled a change"
+    );
+    assert_eq!(snapshot(&e.server_ws), before);
+}
+
+#[test]
+fn anthropic_undo_edit_on_a_remote_runner_asks_the_server_s_journal() {
+    let e = env();
+    let before = snapshot(&e.server_ws);
+    let call = |args: Value| {
+        let o = e.cli(&[
+            "call",
+            "str_replace_editor",
+            &args.to_string(),
+            "--json",
+            "--session",
+            "s1",
+            "--dialect",
+            "anthropic",
+        ]);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|err| {
+            panic!("not JSON ({err}): {}", String::from_utf8_lossy(&o.stderr))
+        });
+        assert_eq!(v["success"], true, "{v}");
+        v["output"].as_str().unwrap().to_string()
+    };
+    let path = e.runner_ws.join("a.txt").display().to_string();
+    call(json!({"command": "view", "path": path}));
+    call(
+        json!({"command": "str_replace", "path": path, "old_str": "remote one", "new_str": "remote two"}),
+    );
+    let out = call(json!({"command": "undo_edit", "path": path}));
+    assert!(
+        out.contains("undone successfully") && out.contains("remote one"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.runner_ws.join("a.txt")).unwrap(),
+        "remote one\n"
+    );
+    assert_eq!(snapshot(&e.server_ws), before);
+}
+
+#[test]
+fn pending_entries_are_settled_from_the_runner_s_hashes_and_log_leaves_the_server_s_disk_alone() {
+    let e = env();
+    let before = snapshot(&e.server_ws);
+    log(&e);
+    let journal = server_journal(&e);
+    let a = toolyard_workspace::RelPath::from_normalized("a.txt");
+    let pending = |session: &str, new: &[u8]| {
+        let hash = toolyard_workspace::hash_bytes(new);
+        let change = toolyard_workspace::NewChange {
+            session,
+            call_id: "crafted",
+            tool: "write_file",
+            path: &a,
+            new_hash: &hash,
+            group: None,
+        };
+        let pre = toolyard_workspace::PreImage {
+            content: Some(b"before\n"),
+            mode: Some(0o644),
+        };
+        journal.record_preimage(change, &pre).unwrap()
+    };
+    // What the runner's file holds: that write landed.
+    let landed = pending("s1", b"remote one\n");
+    // What the server's own copy holds: a recovery on the server's disk would call it done.
+    let not_landed = pending("s1", b"server copy\n");
+    // Another session's runner (the template names the session) settles its own.
+    let other = pending("s2", b"remote one\n");
+    drop(journal);
+    // Litter a killed write would leave: only the runner's side may be cleaned.
+    std::fs::write(e.server_ws.join(".a.txt.toolyard-1.tmp"), "x").unwrap();
+    std::fs::write(e.runner_ws.join(".a.txt.toolyard-1.tmp"), "x").unwrap();
+    let before = {
+        let mut b = before;
+        b.insert(
+            PathBuf::from(".a.txt.toolyard-1.tmp"),
+            (b"x".to_vec(), 0o100644),
+        );
+        b
+    };
+
+    // `toolyard log` with the remote catalog settles nothing against the server's disk.
+    let status = |id: toolyard_workspace::ChangeId| {
+        log(&e)
+            .into_iter()
+            .find(|c| c["id"] == id.0)
+            .map(|c| c["status"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!(status(not_landed), "pending");
+    assert_eq!(status(landed), "pending");
+    assert_eq!(
+        snapshot(&e.server_ws),
+        before,
+        "log touched the server's workspace"
+    );
+
+    // The next start of s1's runner asks it for the hashes.
+    e.ok("s1", "run_command", json!({"command": "true"}));
+    assert_eq!(status(landed), "done");
+    assert_eq!(status(not_landed), "failed");
+    assert_eq!(status(other), "pending", "s1's runner settled s2's entry");
+    assert!(!e.runner_ws.join(".a.txt.toolyard-1.tmp").exists());
+    e.ok("s2", "run_command", json!({"command": "true"}));
+    assert_eq!(status(other), "done");
+    assert_eq!(
+        snapshot(&e.server_ws),
+        before,
+        "the server's workspace changed"
+    );
+}
+
+#[test]
+fn a_git_import_edited_then_exported_gives_a_patch_that_git_apply_takes() {
+    let e = env();
+    let before = snapshot(&e.server_ws);
+    let repo = e.base.join("origin");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        let o = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(dir)
+            .env("HOME", &e.home)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    git(&repo, &["init", "-q"]);
+    std::fs::create_dir(repo.join("src")).unwrap();
+    std::fs::write(repo.join("src/lib.rs"), "fn one() {}\n").unwrap();
+    std::fs::write(repo.join("gone.txt"), "to delete\n").unwrap();
+    std::fs::write(repo.join("blob.bin"), b"\x00\x01bin").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "one"]);
+    let rev = git(&repo, &["rev-parse", "HEAD"]);
+    // A later commit the import must not see.
+    std::fs::write(repo.join("src/lib.rs"), "fn later() {}\n").unwrap();
+    git(&repo, &["commit", "-qam", "two"]);
+
+    std::fs::remove_file(e.runner_ws.join("a.txt")).unwrap();
+    let o = e.cli(&[
+        "workspace",
+        "import",
+        "--from-git",
+        &repo.display().to_string(),
+        "--rev",
+        &rev,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(e.runner_ws.join("src/lib.rs")).unwrap(),
+        "fn one() {}\n"
+    );
+
+    e.ok("s", "read_file", json!({"path": "src/lib.rs"}));
+    e.ok(
+        "s",
+        "edit_file",
+        json!({"path": "src/lib.rs", "old_string": "one", "new_string": "edited"}),
+    );
+    e.ok(
+        "s",
+        "write_file",
+        json!({"path": "new/file.txt", "content": "new\n"}),
+    );
+    e.ok(
+        "s",
+        "run_command",
+        json!({"command": "rm gone.txt && printf '\\002' >> blob.bin"}),
+    );
+
+    let o = e.cli(&["workspace", "export"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let patch = e.base.join("changes.patch");
+    std::fs::write(&patch, &o.stdout).unwrap();
+
+    let check = e.base.join("check");
+    git(
+        &e.base,
+        &["clone", "-q", &repo.display().to_string(), "check"],
+    );
+    git(&check, &["checkout", "-q", "--detach", &rev]);
+    git(&check, &["apply", &patch.display().to_string()]);
+    let tree = |d: &Path| {
+        let mut t = snapshot(d);
+        t.retain(|p, _| !p.starts_with(".git"));
+        t
+    };
+    assert_eq!(
+        tree(&check),
+        tree(&e.runner_ws),
+        "the patched checkout differs from the runner's tree"
+    );
+    assert!(check.join("new/file.txt").exists() && !check.join("gone.txt").exists());
+    assert_eq!(snapshot(&e.server_ws), before);
+}
+
+#[test]
+fn export_without_git_diffs_the_journaled_files_from_their_first_pre_image() {
+    let e = env();
+    e.ok("cli", "read_file", json!({"path": "a.txt"}));
+    e.ok(
+        "cli",
+        "edit_file",
+        json!({"path": "a.txt", "old_string": "remote one", "new_string": "remote two"}),
+    );
+    e.ok(
+        "cli",
+        "edit_file",
+        json!({"path": "a.txt", "old_string": "two", "new_string": "three"}),
+    );
+    e.ok(
+        "cli",
+        "write_file",
+        json!({"path": "n/new.txt", "content": "fresh\n"}),
+    );
+    let o = e.cli(&["workspace", "export"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let patch = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        patch.contains("-remote one\n+remote three\n") && !patch.contains("remote two"),
+        "{patch}"
+    );
+    assert!(
+        patch.contains("new file mode 100644\n--- /dev/null\n+++ b/n/new.txt"),
+        "{patch}"
+    );
+    // It applies to the runner's tree as it was.
+    let check = e.base.join("check");
+    std::fs::create_dir(&check).unwrap();
+    std::fs::write(check.join("a.txt"), "remote one\n").unwrap();
+    std::fs::write(e.base.join("p.patch"), &patch).unwrap();
+    let o = Command::new("git")
+        .args(["apply", "../p.patch"])
+        .current_dir(&check)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(check.join("a.txt")).unwrap(),
+        "remote three\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(check.join("n/new.txt")).unwrap(),
+        "fresh\n"
+    );
+}
+
+#[test]
+fn a_directory_import_is_sent_over_the_link() {
+    let e = env();
+    let src = e.base.join("src-dir");
+    std::fs::create_dir_all(src.join("deep/er")).unwrap();
+    std::fs::write(src.join("deep/er/x.txt"), "from the server's side\n").unwrap();
+    // Past one chunk, so the upload takes several jobs.
+    let big: Vec<u8> = (0..(5u32 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(src.join("big.bin"), &big).unwrap();
+    let o = e.cli(&[
+        "workspace",
+        "import",
+        "--from-dir",
+        &src.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(e.runner_ws.join("deep/er/x.txt")).unwrap(),
+        "from the server's side\n"
+    );
+    assert_eq!(std::fs::read(e.runner_ws.join("big.bin")).unwrap(), big);
+}
+
+#[test]
+fn doctor_prints_what_each_remote_lane_enforces() {
+    let e = env();
+    let mut cmd = Command::new(toolyard_bin());
+    cmd.arg("doctor")
+        .current_dir(&e.base)
+        .env("TOOLYARD_STATE_DIR", &e.server_state)
+        .env("HOME", &e.home)
+        .env("TOOLYARD_CATALOG", &e.catalog);
+    let o = run_bounded(cmd);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let remote = out
+        .split("remote runners")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no remote section: {out}"));
+    for lane in ["no-net:", "net:", "heavy:"] {
+        assert!(remote.contains(lane), "{lane} missing: {remote}");
+    }
+    assert!(!remote.contains("NOT REACHED"), "{remote}");
+    // What a runner says of its own sandbox, not of this process.
+    assert!(remote.to_lowercase().contains("landlock"), "{remote}");
+    let lanes: Vec<String> = e.links().into_iter().map(|l| l.1).collect();
+    assert_eq!(lanes.len(), 3, "one runner per lane: {lanes:?}");
+}
+
+#[test]
+fn a_saved_output_is_read_from_the_runner() {
+    let e = env();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let d = e.dispatcher();
+        let r = d
+            .call(CallRequest::new(
+                "s",
+                "run_command",
+                json!({"command": "seq 1 20000"}),
+            ))
+            .await;
+        assert!(r.success, "{}", r.output);
+        let full = r
+            .data
+            .as_ref()
+            .and_then(|d| d["full_output"].as_str())
+            .unwrap_or_else(|| panic!("no saved output: {r:?}"))
+            .to_string();
+        let name = Path::new(&full)
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            full.starts_with(&e.base.join("runner-state").display().to_string()),
+            "{full}"
+        );
+        let (bytes, eof) = d.spill_read("s", &name, 0, 12).await.unwrap();
+        assert_eq!(String::from_utf8(bytes).unwrap(), "1\n2\n3\n4\n5\n6\n");
+        assert!(!eof);
+        let e = d
+            .spill_read("s", "../x", 0, 1)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not the name of a saved output"), "{e}");
+    });
 }
 
 #[test]

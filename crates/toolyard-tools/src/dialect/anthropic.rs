@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
-use toolyard_workspace::{ChangeFilter, ChangeStatus, Expect, RelPath, hash_bytes};
+use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
@@ -255,7 +255,7 @@ impl TextEditor {
             "create" => self.create(&args, &rel, &shown, ctx).await,
             "str_replace" => self.str_replace(&args, &rel, &shown, ctx).await,
             "insert" => self.insert(&args, &rel, &shown, ctx).await,
-            _ => self.undo_edit(&rel, &shown, ctx),
+            _ => self.undo_edit(&rel, &shown, ctx).await,
         }
     }
 
@@ -538,58 +538,36 @@ impl TextEditor {
         .with_files_changed(vec![out.path.to_string()]))
     }
 
-    /// Revert this session's last change to `rel` that is not undone, through the journal.
-    fn undo_edit(&self, rel: &RelPath, shown: &str, ctx: &ToolContext) -> Result<ToolResult, Fail> {
-        let Some(local) = &self.env.local else {
-            return Err(said(
-                "unavailable",
-                "undo_edit needs the server's journal, which this process does not hold; use the `undo` tool",
-            ));
+    /// Revert this session's last change to `rel` that is not undone, through the journal
+    /// (the server's: a runner asks it, and the server restores the file on this runner).
+    async fn undo_edit(
+        &self,
+        rel: &RelPath,
+        shown: &str,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, Fail> {
+        let undone = match self
+            .env
+            .records
+            .undo_last_of_path(&ctx.session_id, &ctx.call_id, rel)
+            .await
+        {
+            Ok(undone) => undone,
+            Err(ToolError::NotFound(_)) => {
+                return Err(said(
+                    "not_found",
+                    format!("No edit history found for {shown}."),
+                ));
+            }
+            Err(e) => return Err(translate(e, shown, true)),
         };
-        let changes = local
-            .journal
-            .list(&ChangeFilter {
-                session: Some(ctx.session_id.clone()),
-                path: Some(rel.as_str().to_string()),
-                status: Some(ChangeStatus::Done),
-                limit: None,
-            })
-            .map_err(|e| translate(e, shown, true))?;
-        let Some(last) = changes
-            .iter()
-            .find(|c| c.undoes.is_none() && c.undone_by.is_none())
-        else {
-            return Err(said(
-                "not_found",
-                format!("No edit history found for {shown}."),
-            ));
-        };
-        // A change one call made with others (a patch) is undone with them, all or none.
-        let undone = local
-            .journal
-            .undo_group(
-                &local.workspace,
-                last.id,
-                &ctx.session_id,
-                &ctx.call_id,
-                false,
-            )
-            .map_err(|e| translate(e, shown, true))?;
-        for o in &undone {
-            let rel = RelPath::from_normalized(&o.path);
-            local.set_view(&ctx.session_id, &rel, o.new_hash.as_deref());
-        }
-        let Some(out) = undone.iter().find(|o| o.undone == last.id) else {
+        let Some(out) = undone.first() else {
             return Err(said(
                 "not_found",
                 format!("No edit history found for {shown}."),
             ));
         };
-        let others: Vec<&str> = undone
-            .iter()
-            .filter(|o| o.undone != last.id)
-            .map(|o| o.path.as_str())
-            .collect();
+        let others: Vec<&str> = undone[1..].iter().map(|o| o.path.as_str()).collect();
         let also = if others.is_empty() {
             String::new()
         } else {
@@ -603,7 +581,8 @@ impl TextEditor {
                 "Last edit to {shown} undone successfully. That edit had created the file, so it was removed.{also}"
             )
         } else {
-            let content = local
+            let content = self
+                .env
                 .workspace
                 .read(&RelPath::from_normalized(&out.path))
                 .map_err(|e| translate(e, shown, false))?;
@@ -615,7 +594,7 @@ impl TextEditor {
             )
         };
         Ok(ToolResult::ok(text)
-            .with_data(json!({"path": out.path, "undone": last.id.0, "removed": out.removed}))
+            .with_data(json!({"path": out.path, "undone": out.undone.0, "removed": out.removed}))
             .with_files_changed(undone.iter().map(|o| o.path.clone()).collect()))
     }
 }

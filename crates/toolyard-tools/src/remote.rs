@@ -1,0 +1,36 @@
+//! What the server asks of a remote runner's workspace when the files are not on its own disk
+//! (a `[remote]` link): the server keeps the journal and plans every undo, the runner reads
+//! and writes its files, each write a compare-and-swap there.
+
+use async_trait::async_trait;
+use toolyard_core::ToolError;
+
+/// A file's state as the runner read it: its bytes (`None`: absent) and permission bits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileState {
+    /// The bytes, `None` when the file does not exist.
+    pub content: Option<Vec<u8>>,
+    /// The permission bits, when it exists.
+    pub mode: Option<u32>,
+}
+
+/// The runner's workspace, reached over its link.
+#[async_trait]
+pub trait RemoteFiles: Send + Sync {
+    /// The current content and mode of `path` in the workspace of `session`'s runner.
+    async fn read_state(&self, session: &str, path: &str) -> Result<FileState, ToolError>;
+
+    /// Write `content` (`None`: remove the file) with `mode` at `path`, atomically, only if its
+    /// current hash is `expect` (`None`: only if it is absent); the new hash. `change` is the
+    /// journal entry this write settles: if the link dies before the answer, it is left
+    /// pending for the next link's recovery.
+    async fn restore(
+        &self,
+        session: &str,
+        change: i64,
+        path: &str,
+        expect: Option<&str>,
+        content: Option<Vec<u8>>,
+        mode: Option<u32>,
+    ) -> Result<Option<String>, ToolError>;
+}
