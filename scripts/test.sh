@@ -22,6 +22,11 @@ echo "== cargo test"
 cargo build --workspace --bins --quiet
 cargo test --workspace --no-fail-fast
 
+echo "== the Kubernetes link (feature kube): its pod lifecycle against a scripted API server"
+# Not in the workspace run: kube-rs is heavy. About 30 s on a warm cache; the end-to-end test
+# through a real cluster in it runs only when KUBECONFIG is set.
+cargo test -p toolyard-remote --features kube
+
 echo "== MCP end-to-end (Python SDK)"
 python3 -m pytest tests/mcp -q -p no:cacheprovider
 

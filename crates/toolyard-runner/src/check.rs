@@ -55,6 +55,17 @@ pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
                 .into(),
         );
     }
+    // Two links for the same runners: which one would run them is not obvious, so neither.
+    if let Ok(r) = catalog.section::<RemoteConfig>("remote")
+        && r.command.is_some()
+        && r.kubernetes.is_some()
+    {
+        messages.push(
+            "[remote] sets both `command` and [remote.kubernetes]: keep one (the command link \
+             runs an argv per runner; the Kubernetes link places a pod per session)"
+                .into(),
+        );
+    }
     if messages.is_empty() {
         return Ok(());
     }

@@ -124,6 +124,15 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// Open the workspace and build the dialect's tools, filtered by the profile.
     pub fn new(config: DispatcherConfig) -> Result<Self, ToolError> {
+        Self::with_link(config, None)
+    }
+
+    /// Like [`Dispatcher::new`], with runners reached through `link` when given (a link built
+    /// outside this crate, such as the Kubernetes one of `toolyard-remote`).
+    pub fn with_link(
+        config: DispatcherConfig,
+        link: Option<Arc<dyn RunnerLink>>,
+    ) -> Result<Self, ToolError> {
         // Every section now, so a mistake fails the start, not the first call that reads it.
         crate::check_catalog(&config.catalog)
             .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
@@ -131,7 +140,15 @@ impl Dispatcher {
             .catalog
             .section("remote")
             .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
-        let remote = CommandLink::from_config(&remote);
+        if remote.kubernetes.is_some() && link.is_none() {
+            return Err(ToolError::InvalidArguments(
+                "the catalog's [remote.kubernetes] needs a toolyard built with the Kubernetes link: `cargo build -p toolyard --features kube`; or reach the pods with [remote] command = [\"kubectl\", \"exec\", \"-i\", ...]".into(),
+            ));
+        }
+        let remote: Option<Arc<dyn RunnerLink>> = match link {
+            Some(link) => Some(link),
+            None => CommandLink::from_config(&remote).map(|c| Arc::new(c) as Arc<dyn RunnerLink>),
+        };
         if remote.is_some() && config.mode == Mode::Inline {
             return Err(ToolError::InvalidArguments(
                 "the catalog's [remote] command runs the tools on a remote runner, but this server runs them inline (--inline); drop --inline, or the [remote] section".into(),
@@ -139,7 +156,7 @@ impl Dispatcher {
         }
         type Open =
             fn(&std::path::Path, Catalog, Option<&std::path::Path>) -> Result<ToolEnv, ToolError>;
-        let open: Open = if remote.is_some() {
+        let open: Open = if remote.as_ref().is_some_and(|l| l.is_remote()) {
             ToolEnv::open_for_remote
         } else {
             ToolEnv::open_with_state
@@ -179,7 +196,7 @@ impl Dispatcher {
             Mode::Inline => None,
             Mode::Lanes { exe } => {
                 let link: Arc<dyn RunnerLink> = match remote {
-                    Some(command) => Arc::new(command),
+                    Some(remote) => remote,
                     None => Arc::new(RunnerSpawn {
                         exe: exe.clone(),
                         workspace: env.workspace.root().to_path_buf(),
@@ -356,6 +373,13 @@ impl Dispatcher {
         let limit = layers::time_limit(entry, &self.spec(entry.engine), &req.args)?;
         layers::command_policy(&self.policy, entry, &req.args)?;
         Ok((entry, limit))
+    }
+
+    /// The server is stopping: remote links release what they placed (a session's pods).
+    pub async fn shutdown(&self) {
+        if let Some(router) = &self.router {
+            router.shutdown().await;
+        }
     }
 
     /// Kill the background processes of `session` (its client disconnected), in every lane.

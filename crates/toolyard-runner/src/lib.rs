@@ -14,12 +14,13 @@ pub mod link;
 pub mod process;
 pub mod protocol;
 mod remote;
+pub mod remote_kube;
 pub mod router;
 
 pub use check::check_catalog;
 pub use dispatcher::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 pub use hooks::{HookCall, Hooks, HooksConfig};
-pub use link::{CommandLink, RemoteConfig, RunnerLink, RunnerSpawn};
+pub use link::{CommandLink, LinkIo, RemoteConfig, RunnerLink, RunnerSpawn};
 pub use process::{RunnerArgs, runner_main};
 pub use remote::Export;
 pub use router::Router;

@@ -48,6 +48,11 @@ pub trait RunnerLink: Send + Sync {
     fn heartbeat(&self) -> Duration;
     /// What the link is, for errors (`the local runner`, `the [remote] command podman`).
     fn describe(&self) -> String;
+    /// The session whose token is `session` ended and its runners were closed: release what
+    /// the link placed for it (a pod). Only called when [`RunnerLink::per_session`].
+    async fn end_session(&self, _session: &str) {}
+    /// The server is stopping: release everything the link placed.
+    async fn shutdown(&self) {}
 }
 
 /// A local child process: `EXE runner --lane L --workspace W`.
@@ -106,6 +111,8 @@ pub struct RemoteConfig {
     pub command: Option<CommandTemplate>,
     /// The heartbeat period in milliseconds (default 5000).
     pub heartbeat_ms: Option<HeartbeatMs>,
+    /// `[remote.kubernetes]`: a pod per session (the link is in crate `toolyard-remote`).
+    pub kubernetes: Option<crate::remote_kube::KubernetesConfig>,
 }
 
 /// A `[remote] command`: a non-empty argv whose placeholders are `{lane}` and `{session}`.

@@ -200,6 +200,15 @@ impl Router {
                 tracing::debug!(error = %e, "could not tell a runner that a session ended");
             }
         }
+        // What the link placed for the session (a pod) goes with it.
+        if let Some(token) = token {
+            self.link.end_session(&token).await;
+        }
+    }
+
+    /// The server is stopping: the link releases everything it placed (pods).
+    pub async fn shutdown(&self) {
+        self.link.shutdown().await;
     }
 
     /// The first process number for a new runner of `key`: past every id handed out before.

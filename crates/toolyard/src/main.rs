@@ -389,7 +389,10 @@ fn dispatcher_with_state(common: &Common, state_dir: Option<&Path>) -> Result<Di
             exe: std::env::current_exe().context("cannot find the toolyard executable")?,
         };
     }
-    Dispatcher::new(config).map_err(|e| anyhow::anyhow!("{e}"))
+    // A link placed by an engine ([remote.kubernetes]), when the catalog asks for one.
+    let link = toolyard_remote::link_for(&config.catalog, config.catalog_path.as_deref())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Dispatcher::with_link(config, link).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 async fn call(args: CallArgs) -> Result<ExitCode> {

@@ -32,12 +32,15 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     let result = rt.block_on(async {
         // Built inside the runtime: the router spawns its runner tasks on it.
         let dispatcher = Arc::new(crate::dispatcher(&args.common)?);
-        match &args.http {
-            None => toolyard_mcp::serve_stdio(dispatcher)
+        let served = match &args.http {
+            None => toolyard_mcp::serve_stdio(dispatcher.clone())
                 .await
                 .context("the MCP server over stdio failed"),
-            Some(addr) => serve_http(dispatcher, addr).await,
-        }
+            Some(addr) => serve_http(dispatcher.clone(), addr).await,
+        };
+        // Pods a remote link placed go with the server.
+        dispatcher.shutdown().await;
+        served
     });
     // A call still running when the client left must not keep the process alive: its runner is
     // killed on drop, and blocked reader threads are not waited for.
