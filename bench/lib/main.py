@@ -192,6 +192,11 @@ def main() -> int:
             prev = json.loads(meta_path.read_text())
             if prev.get("full_wall_text"):
                 meta["full_wall_text"] = prev["full_wall_text"]
+            # A partial run may not install every reference (--only remote needs none): keep the
+            # versions the other parts' figures were measured with.
+            for k, was in (prev.get("versions") or {}).items():
+                if meta["versions"].get(k) in ("not installed", "?"):
+                    meta["versions"][k] = was
         except (OSError, ValueError):
             pass
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

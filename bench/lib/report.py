@@ -31,6 +31,11 @@ def rel(path: str) -> str:
     try:
         return str(p.relative_to(RESULTS_MD.parents[1]))
     except ValueError:
+        # Measured from another checkout (a worktree): still name the repository's own path.
+        parts = p.parts
+        for i in range(len(parts) - 1):
+            if parts[i : i + 2] == ("bench", ".work"):
+                return str(Path(*parts[i:]))
         return str(p)
 
 
