@@ -19,6 +19,8 @@ root=$ctx/root
 mkdir -p "$root"/{bin,usr/local/bin,etc,workspace}
 install -d -m 1777 "$root/tmp"
 install -m 755 "$bin" "$root/usr/local/bin/toolyard"
+# A debug build's symbols would make the image hundreds of MiB; the runner needs none of them.
+if command -v strip >/dev/null; then strip "$root/usr/local/bin/toolyard"; fi
 # Every library the binary loads, at the same path (the loader's path is baked into the binary).
 for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
   mkdir -p "$root$(dirname "$lib")"
