@@ -33,6 +33,9 @@ python3 -m pytest tests/mcp -q -p no:cacheprovider
 echo "== Lanes without CAP_SYS_ADMIN, in a container's seccomp profile, and as an unprivileged user"
 bash tests/confined/run.sh
 
+echo "== Runners in a real container engine: a podman pod from a Kubernetes Pod manifest, podman exec -i"
+bash tests/containers/run.sh
+
 echo "== Real clients (Claude Code, Codex CLI) against a scripted model on 127.0.0.1"
 bash tests/clients/run.sh
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from common import PLOTS_DIR, RESULTS_MD, load
 
-PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits"]
+PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits", "remote"]
 MIB = 1024.0
 
 
@@ -31,6 +31,11 @@ def rel(path: str) -> str:
     try:
         return str(p.relative_to(RESULTS_MD.parents[1]))
     except ValueError:
+        # Measured from another checkout (a worktree): still name the repository's own path.
+        parts = p.parts
+        for i in range(len(parts) - 1):
+            if parts[i : i + 2] == ("bench", ".work"):
+                return str(Path(*parts[i:]))
         return str(p)
 
 
@@ -420,6 +425,48 @@ def edits_section(e: dict) -> list[str]:
     return lines + [""]
 
 
+def remote_section(re_: dict) -> list[str]:
+    rt, ps, bu = re_["round_trip"], re_["per_second_8"], re_["bring_up"]
+    lines = [
+        "## 7. Runners through a command link (`podman exec -i` into a pod) vs local runners",
+        "",
+        stamp_line(re_, "bench/run --only remote"),
+        f"Two `toolyard serve` at once (lean MCP client), the calls alternating between them: one with local runners, "
+        f"one whose `[remote] command` is `podman exec -i POD-runner toolyard runner --lane {{lane}} --workspace "
+        f"/workspace` into a pod that `podman kube play --network none` made from a Kubernetes Pod manifest "
+        f"(podman {re_['podman']}, the FROM-scratch image and manifest of `tests/containers/`; the pod started in "
+        f"{f(re_['pod_start_ms'])} ms). With local runners `read_file` runs in the server process; through the link "
+        "it is a job of the pod's runner, with its records requests crossing the link. `run_command` is a runner "
+        "job both ways.",
+        "",
+        "| call | local ms (p10–p90) | podman exec ms (p10–p90) | podman / local | local calls/s, 8 in flight | "
+        "podman calls/s, 8 in flight | podman / local |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for op in rt["local"]:
+        lo, po = rt["local"][op], rt["podman"][op]
+        lines.append(
+            f"| `{op}` | {f(lo['median'])} ({f(lo['p10'])}–{f(lo['p90'])}) | {f(po['median'])} "
+            f"({f(po['p10'])}–{f(po['p90'])}) | {po['median'] / lo['median']:.2f}x | {ps['local'][op]:.0f} | "
+            f"{ps['podman'][op]:.0f} | {ps['podman'][op] / ps['local'][op]:.2f}x |")
+    lines += [
+        "",
+        "**Bring-up**: N sessions started at once, each a `toolyard call run_command true --session S` whose "
+        "`[remote] command` names `{session}`: the link's wrapper plays one pod per session (`podman kube play`) "
+        "and execs `podman exec -i` into it. Time from the start to the last first answer, median over the rounds; "
+        "the same N calls with local runners for scale.",
+        "",
+        "| sessions | pods ms (p10–p90) | local runners ms | pods / local |",
+        "|---:|---|---:|---:|",
+    ]
+    for n, v in bu.items():
+        po, lo = v["pods"], v["local"]
+        lines.append(f"| {n} | {f(po['median'])} ({f(po['p10'])}–{f(po['p90'])}) | {f(lo['median'])} | "
+                     f"{po['median'] / lo['median']:.1f}x |")
+    lines += ["", "![remote](plots/remote.png)", ""]
+    return lines
+
+
 def bigfile_section(bf: dict) -> list[str]:
     r = bf["results"]
     names = {"toolyard": "toolyard serve (lanes)", "toolyard_inline": "toolyard serve --inline",
@@ -484,7 +531,7 @@ def plots(parts: dict) -> dict[str, str]:
         return {p: f"matplotlib missing: {e}" for p in parts}
     PLOTS_DIR.mkdir(parents=True, exist_ok=True)
     for name, fn in [("grep", plot_grep), ("mcp", plot_mcp), ("lanes", plot_lanes), ("memory", plot_memory),
-                     ("bigfile", plot_bigfile)]:
+                     ("bigfile", plot_bigfile), ("remote", plot_remote)]:
         if parts.get(name):
             try:
                 fn(parts[name], PLOTS_DIR / f"{name}.png")
@@ -687,6 +734,26 @@ def plot_bigfile(bf: dict, out: Path) -> None:
     plt.close(fig)
 
 
+def plot_remote(re_: dict, out: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    rt, bu = re_["round_trip"], re_["bring_up"]
+    ops = list(rt["local"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    _bars(axes[0], ops, [("local runners", [rt["local"][o]["median"] for o in ops], COL_OTHER),
+                         ("podman exec -i", [rt["podman"][o]["median"] for o in ops], COL_OURS)],
+          "round trip per call (median ms)", "ms")
+    ns = list(bu)
+    _bars(axes[1], [f"{n} session(s)" for n in ns],
+          [("local runners", [bu[n]["local"]["median"] for n in ns], COL_OTHER),
+           ("one pod per session", [bu[n]["pods"]["median"] for n in ns], COL_OURS)],
+          "bring-up to the first answers (median ms)", "ms")
+    fig.suptitle("runners through podman exec -i vs local runners", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 # ----------------------------------------------------------------------------------------------
 
 
@@ -729,7 +796,8 @@ def write(meta: dict) -> Path:
         lines += ["", "Not measured (no results yet): " + ", ".join(missing) + "."]
     lines.append("")
     for name, fn in [("grep", grep_section), ("mcp", mcp_section), ("lanes", lanes_section),
-                     ("memory", memory_section), ("bigfile", bigfile_section), ("edits", edits_section)]:
+                     ("memory", memory_section), ("bigfile", bigfile_section), ("edits", edits_section),
+                     ("remote", remote_section)]:
         if parts.get(name):
             lines += fn(parts[name])
             if name in plot_errors:
