@@ -642,8 +642,6 @@ async fn killing_the_pod_fails_the_call_in_flight_and_the_next_call_gets_a_fresh
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs undo as a runner job (issue 15 part 2, branch h-rjobs): with a [remote] link \
-            main still refuses undo; remove this line once that lands"]
 async fn undo_of_a_change_made_before_the_pod_was_killed_works_on_the_fresh_runner() {
     let Some(e) = env(&[("a.txt", b"original\n")]) else {
         return;
