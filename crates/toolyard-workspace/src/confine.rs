@@ -112,6 +112,64 @@ pub struct WriteOutcome {
     pub mode: u32,
 }
 
+/// New content written and synced beside its file, waiting to be swapped in
+/// ([`Workspace::stage`]); the temporary file is removed if it never is.
+#[derive(Debug)]
+pub struct Staged {
+    parent: RelPath,
+    parent_dir: Dir,
+    /// `None` once committed.
+    tmp_name: Option<String>,
+    name: String,
+    target: RelPath,
+    created: bool,
+    written: u64,
+    mode: u32,
+}
+
+impl Staged {
+    /// The path the content goes to (after following symlinks inside the workspace).
+    pub fn path(&self) -> &RelPath {
+        &self.target
+    }
+
+    /// Swap the content in if the file is still as `expect` says: the check and the rename
+    /// under the directory's lock, as one step for every Toolyard writer, in this process or
+    /// another; then the directory is synced.
+    pub fn commit(mut self, ws: &Workspace, expect: &Expect) -> Result<WriteOutcome, ToolError> {
+        let Some(tmp_name) = self.tmp_name.take() else {
+            return Err(ToolError::Io("internal: a staged write committed twice".into()));
+        };
+        let dir = &self.parent_dir;
+        let swapped = lock_dir(dir)
+            .map_err(|e| ws.map_err(e, &self.parent))
+            .and_then(|_lock| {
+                ws.check_expect(dir, &self.name, &self.target, expect)?;
+                dir.rename(&tmp_name, dir, &self.name)
+                    .map_err(|e| ws.map_err(e, &self.target))
+            });
+        if let Err(e) = swapped {
+            let _ = dir.remove_file(&tmp_name);
+            return Err(e);
+        }
+        sync_dir(dir).map_err(|e| ws.map_err(e, &self.parent))?;
+        Ok(WriteOutcome {
+            path: self.target.clone(),
+            created: self.created,
+            bytes: self.written,
+            mode: self.mode,
+        })
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp_name.take() {
+            let _ = self.parent_dir.remove_file(&tmp);
+        }
+    }
+}
+
 /// How the file tools may use a protected part of the workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protection {
@@ -489,6 +547,19 @@ impl Workspace {
         expect: &Expect,
         mode: Option<u32>,
     ) -> Result<WriteOutcome, ToolError> {
+        self.stage(rel, reader, mode)?.commit(self, expect)
+    }
+
+    /// The first half of an atomic write: the new content in a temporary file beside `rel`,
+    /// durable, not yet in place. [`Staged::commit`] swaps it in; dropping it removes it. A
+    /// caller that must journal first can stage while the journal commits, so the two fsyncs
+    /// overlap instead of adding up.
+    pub fn stage(
+        &self,
+        rel: &RelPath,
+        reader: &mut dyn Read,
+        mode: Option<u32>,
+    ) -> Result<Staged, ToolError> {
         let target = self.resolve(rel, true)?;
         if target.is_root() {
             return Err(ToolError::InvalidArguments(
@@ -548,25 +619,14 @@ impl Workspace {
                 return Err(self.map_err(e, &target));
             }
         };
-        // Compare and swap as one step: every Toolyard writer, in this process or another, holds
-        // the directory's lock from its check to its rename, so no other rename can slip between.
-        let swapped = lock_dir(&parent_dir)
-            .map_err(|e| self.map_err(e, &parent))
-            .and_then(|_lock| {
-                self.check_expect(&parent_dir, &name, &target, expect)?;
-                parent_dir
-                    .rename(&tmp_name, &parent_dir, &name)
-                    .map_err(|e| self.map_err(e, &target))
-            });
-        if let Err(e) = swapped {
-            let _ = parent_dir.remove_file(&tmp_name);
-            return Err(e);
-        }
-        sync_dir(&parent_dir).map_err(|e| self.map_err(e, &parent))?;
-        Ok(WriteOutcome {
-            path: target,
+        Ok(Staged {
+            parent,
+            parent_dir,
+            tmp_name: Some(tmp_name),
+            name,
+            target,
             created: previous.is_none(),
-            bytes: written,
+            written,
             mode,
         })
     }

@@ -13,7 +13,7 @@ mod journal;
 mod ledger;
 mod state;
 
-pub use confine::{Expect, Protection, RelPath, Workspace, WriteOutcome};
+pub use confine::{Expect, Protection, RelPath, Staged, Workspace, WriteOutcome};
 pub use hash::{ContentHash, hash_bytes, hash_reader};
 pub use journal::{
     CHUNK_SIZE, Change, ChangeFilter, ChangeId, ChangeStatus, DEFAULT_MAX_AGE_DAYS,
