@@ -31,6 +31,10 @@ def rel(path: str) -> str:
     try:
         return str(p.relative_to(RESULTS_MD.parents[1]))
     except ValueError:
+        # Measured from another checkout (a git worktree) of the same repository: its bench/.
+        parts = p.parts
+        if "bench" in parts and ".work" in parts:
+            return str(Path(*parts[parts.index("bench"):]))
         return str(p)
 
 
