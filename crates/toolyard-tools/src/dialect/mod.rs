@@ -229,7 +229,7 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
             ]));
             v
         }
-        Dialect::ClaudeCode => claude_code::tools(env, &loopr),
+        Dialect::ClaudeCode => claude_code::tools(env, commands, &loopr),
     };
     chosen
         .into_iter()
