@@ -5,7 +5,8 @@
 //! Texts follow Claude Code v1.0.x (see the dialects notes, section 2c): `cat -n` reads, the
 //! Edit error strings. Every path goes through the workspace's confinement, an existing file
 //! must have been read before it is written, and every write is journaled. Tools that need no
-//! shaping of their own (Glob, Grep, Bash, ...) call the loopr tool with renamed arguments.
+//! shaping of their own (Glob, Grep, BashOutput, KillShell) call the loopr tool with renamed
+//! arguments through the shared [`Adapter`]; `Bash` also keeps each session's directory.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -23,6 +24,7 @@ use toolyard_core::{
 use toolyard_exec::ExecOutcome;
 use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
+use super::{Adapter, Answer, Shaped};
 use crate::ToolEnv;
 use crate::command::{CommandEnv, command_result};
 use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
@@ -841,48 +843,17 @@ pub struct KillShellArgs {
     pub shell_id: String,
 }
 
-/// A Claude Code tool that renames its arguments for a loopr tool and calls it.
-pub struct Renamed<A> {
-    name: &'static str,
-    description: &'static str,
-    annotations: Annotations,
-    target: Arc<dyn Tool>,
-    /// The loopr call, and a memo for `after` (what the call itself cannot carry).
-    shape: fn(A) -> Result<(Value, Value), String>,
-    after: fn(ToolResult, &Value) -> ToolResult,
-}
-
-#[async_trait]
-impl<A> TypedTool for Renamed<A>
-where
-    A: for<'de> Deserialize<'de> + JsonSchema + Send + 'static,
-{
-    type Args = A;
-
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn description(&self) -> &str {
-        self.description
-    }
-
-    fn annotations(&self) -> Annotations {
-        self.annotations
-    }
-
-    async fn run(&self, args: A, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let (call, memo) = match (self.shape)(args) {
-            Ok(c) => c,
-            Err(msg) => return Ok(ToolResult::failure("invalid_arguments", msg)),
-        };
-        let r = delegated(self.target.invoke(call, ctx).await)?;
-        Ok((self.after)(r, &memo))
+/// The engine's arguments and memo, or a refusal of arguments it cannot take.
+fn refused(r: Result<(Value, Value), String>) -> Shaped {
+    match r {
+        Ok((args, memo)) => Shaped::Call { args, memo },
+        Err(msg) => Shaped::Answer(Ok(ToolResult::failure("invalid_arguments", msg))),
     }
 }
 
-fn same(r: ToolResult, _: &Value) -> ToolResult {
-    r
+/// The engine's answer, read-before-write errors in Claude Code's words.
+fn same(r: Answer, _: &Value) -> Answer {
+    delegated(r)
 }
 
 fn glob_call(a: GlobArgs) -> Result<(Value, Value), String> {
@@ -1264,19 +1235,19 @@ pub fn tools(
         v.push(Arc::new(Typed(Write { write_file: t })));
     }
     if let Some(t) = engine(loopr, "glob") {
-        v.push(Arc::new(Typed(Renamed {
+        v.push(Arc::new(Typed(Adapter {
             name: "Glob",
             description: "Fast file pattern matching: finds files by glob (`**/*.js`, \
                           `src/**/*.ts`), newest first. path is the directory to search in \
                           (omit it for the working directory).",
             annotations: Annotations::READ_ONLY,
             target: t,
-            shape: glob_call,
+            shape: |a| refused(glob_call(a)),
             after: same,
         })));
     }
     if let Some(t) = engine(loopr, "grep") {
-        v.push(Arc::new(Typed(Renamed {
+        v.push(Arc::new(Typed(Adapter {
             name: "Grep",
             description: "Searches file contents with a regular expression (ripgrep syntax). \
                           output_mode: files_with_matches (default, paths), content (matching \
@@ -1285,7 +1256,7 @@ pub fn tools(
                           lets a match span lines; head_limit keeps the first N entries.",
             annotations: Annotations::READ_ONLY,
             target: t,
-            shape: grep_call,
+            shape: |a| refused(grep_call(a)),
             after: same,
         })));
     }
@@ -1298,25 +1269,25 @@ pub fn tools(
         })));
     }
     if let Some(t) = engine(loopr, "process_output") {
-        v.push(Arc::new(Typed(Renamed {
+        v.push(Arc::new(Typed(Adapter {
             name: "BashOutput",
             description: "Retrieves output from a running or completed background shell: only \
                           the output new since the last check. filter (a regex) keeps only the \
                           matching lines; the others are dropped for good.",
             annotations: Annotations::COMMAND,
             target: t,
-            shape: bash_output_call,
-            after: bash_output_after,
+            shape: |a| refused(bash_output_call(a)),
+            after: |r, memo| delegated(r).map(|r| bash_output_after(r, memo)),
         })));
     }
     if let Some(t) = engine(loopr, "process_kill") {
-        v.push(Arc::new(Typed(Renamed {
+        v.push(Arc::new(Typed(Adapter {
             name: "KillShell",
             description: "Kills a running background shell by its ID.",
             annotations: Annotations::COMMAND,
             target: t,
-            shape: kill_call,
-            after: kill_after,
+            shape: |a| refused(kill_call(a)),
+            after: |r, memo| delegated(r).map(|r| kill_after(r, memo)),
         })));
     }
     v
