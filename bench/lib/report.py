@@ -43,6 +43,11 @@ def mib(kib: float | None) -> str:
     return "n/a" if not kib else f"{kib / MIB:.1f}"
 
 
+def share(n: int, of: int) -> str:
+    """n of `of` as a whole percentage (as the near-miss test prints its cells)."""
+    return "-" if not of else f"{100 * n / of:.0f}%"
+
+
 def verdict(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
 
@@ -133,10 +138,21 @@ def targets(parts: dict) -> list[tuple[str, str, str, str]]:
         total = lambda rs: sum(r["applied"] + r["ambiguous"] + r["refused"] + r["wrong"] for r in rs)  # noqa: E731
         applied = sum(r["applied"] for r in slips)
         wrong = sum(r["wrong"] for r in e["rows"]) + sum(r["applied"] for r in bad)
-        rows.append(("near-miss edits: 0 wrong edits, 0 changed files on refusal",
-                     f"{wrong} wrong; slips applied {applied}/{total(slips)}; forbidden refused "
-                     f"{total(bad) - sum(r['applied'] for r in bad)}/{total(bad)}",
-                     verdict(wrong == 0), "" if wrong == 0 else f"{wrong} edits landed wrongly"))
+        measured = (f"{wrong} wrong; slips applied {applied}/{total(slips)}; forbidden refused "
+                    f"{total(bad) - sum(r['applied'] for r in bad)}/{total(bad)}")
+        reasons = [f"{wrong} edit_file edits landed wrongly"] if wrong else []
+        t = (e.get("dialects") or {}).get("totals")
+        if t:
+            n = t["attempts"]
+            measured += (f"; every dialect's edit tool ({n} attempts): applied {share(t['applied'], n)}, "
+                         f"guided {share(t['guided'], n)}, unguided {share(t['unguided'], n)}, "
+                         f"{t['wrong']} wrong, {t['changed']} changed on refusal")
+            if t["wrong"]:
+                reasons.append(f"{t['wrong']} dialect edits landed wrongly")
+            if t["changed"]:
+                reasons.append(f"{t['changed']} refusals left the file changed")
+        rows.append(("near-miss edits: 0 wrong edits, 0 changed files on refusal", measured,
+                     verdict(not reasons), "; ".join(reasons)))
     la = parts.get("lanes")
     if la:
         r = la["results"]
@@ -431,6 +447,66 @@ def edits_section(e: dict) -> list[str]:
     for r in e["rows"]:
         lines.append(f"| {r['corpus']} | {r['case']} | {r['applied']} | {r['ambiguous']} | {r['refused']} | "
                      f"{r['wrong']} |")
+    lines.append("")
+    d = e.get("dialects")
+    if d:
+        lines += dialect_tables(d)
+    return lines
+
+
+def dialect_cell(c: dict | None) -> str:
+    if c is None:
+        return "-"
+    cell = " / ".join(share(round(c[k]), 100) for k in ("applied", "guided", "unguided"))
+    for k in ("wrong", "changed"):
+        if c.get(k):
+            cell += f" (**{c[k]} {k}**)"
+    return cell
+
+
+def dialect_tables(d: dict) -> list[str]:
+    tools = d["tools"]
+    t = d["totals"]
+    lines = [
+        "### Every dialect's edit tool: applied, guided, unguided",
+        "",
+        "The test `every_dialect_edit_tool_applies_guides_or_refuses_over_the_corpus` of the same run: the same "
+        "corpus and the same slips as above, plus *ambiguous* cases (a whole line the file has at several places, "
+        "aimed at its first), sent through each dialect's own edit tool as a model would call it: "
+        + ", ".join(f"`{x}`" for x in tools) + " (`codex apply_patch` gets the old lines as `-` lines and the new "
+        "as `+` lines). Each attempt counts as one of:",
+        "",
+        "- **applied**: the edit landed exactly as intended (the file is byte for byte what the exact edit makes);",
+        "- **guided**: refused, the file untouched, and the error shows the intended place among the nearest "
+        "candidates (a numbered line of the intended window, or its line number among the places listed), so the "
+        "model can retry right;",
+        "- **unguided**: refused, the file untouched, without showing the intended place.",
+        "",
+        "A wrong edit (applied anything else, or applied across a forbidden difference) or a file changed by a "
+        "refusal is counted in its cell in bold. Each cell is applied / guided / unguided, in % of the row's n "
+        "attempts.",
+    ]
+    for title in ("case", "language"):
+        lines += ["", f"| {title} | n | " + " | ".join(tools) + " |", "|---|---:|" + "---|" * len(tools)]
+        for r in d[title]:
+            lines.append(f"| {r['key']} | {r['n']} | "
+                         + " | ".join(dialect_cell(r["cells"].get(x)) for x in tools) + " |")
+    lines += ["", f"All tools: {t['attempts']} attempts; applied {t['applied']} ({share(t['applied'], t['attempts'])}), "
+              f"guided {t['guided']} ({share(t['guided'], t['attempts'])}), unguided {t['unguided']} "
+              f"({share(t['unguided'], t['attempts'])}), wrong {t['wrong']}, changed on refusal {t['changed']}."]
+    # A tool that refuses a slip the engine forgives: say which, and why where it is known.
+    why = {("codex apply_patch", "slip: blank lines"): "Codex's matching has no blank-line pass"}
+    for r in d["case"]:
+        if not r["key"].startswith("slip"):
+            continue
+        for x in tools:
+            c = r["cells"].get(x)
+            if c and c["applied"] is not None and c["applied"] < 100:
+                reason = why.get((x, r["key"]))
+                lines.append("")
+                lines.append(f"`{x}` applies {share(round(c['applied']), 100)} of the {r['key'].removeprefix('slip: ')} "
+                             f"slips{f' ({reason})' if reason else ''}; {share(round(c['guided']), 100)} are refused "
+                             f"showing the intended lines, {share(round(c['unguided']), 100)} without.")
     return lines + [""]
 
 

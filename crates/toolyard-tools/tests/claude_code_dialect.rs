@@ -31,8 +31,12 @@ impl Fixture {
     }
 
     async fn call(&self, name: &str, args: Value) -> ToolResult {
+        self.call_in("s1", name, args).await
+    }
+
+    async fn call_in(&self, session: &str, name: &str, args: Value) -> ToolResult {
         let tool = self.tools.iter().find(|t| t.name() == name).unwrap();
-        let mut ctx = ToolContext::new(&self.ws, "s1");
+        let mut ctx = ToolContext::new(&self.ws, session);
         ctx.call_id = format!("call-{}", next_id());
         match tool.invoke(args, &ctx).await {
             Ok(r) => r,
@@ -314,6 +318,118 @@ async fn background_bash_reads_filtered_output_and_is_killed() {
         .call("Bash", json!({"command": "true", "timeout": 700000}))
         .await;
     assert!(failed(&r).contains("timeout"));
+}
+
+/// `Bash` in `session`: its output, which never carries the directory marker.
+async fn bash(f: &Fixture, session: &str, command: &str) -> ToolResult {
+    let r = f
+        .call_in(session, "Bash", json!({"command": command}))
+        .await;
+    assert!(
+        !r.output.contains('\u{1e}') && !r.output.contains("toolyard-cwd"),
+        "the marker leaked: {:?}",
+        r.output
+    );
+    r
+}
+
+#[tokio::test]
+async fn bash_keeps_the_working_directory_of_its_session_between_calls() {
+    let f = Fixture::new(&[("sub/deep/a.txt", "a\n")]);
+    let sub = f.abs("sub");
+    let r = bash(&f, "s1", "cd sub").await;
+    assert_eq!(ok(&r), "exit code: 0\n(no output)\n");
+    let r = bash(&f, "s1", "pwd").await;
+    assert!(ok(&r).ends_with(&format!("{sub}\n")), "{}", r.output);
+    // Relative paths start there too; another session starts at the root.
+    assert!(ok(&bash(&f, "s1", "ls").await).contains("deep"));
+    let r = bash(&f, "s2", "pwd").await;
+    assert!(
+        ok(&r).ends_with(&format!("{}\n", f.ws.display())),
+        "{}",
+        r.output
+    );
+    // Shell variables do not persist.
+    bash(&f, "s1", "X=kept").await;
+    assert!(ok(&bash(&f, "s1", "echo ${X:-unset}").await).contains("unset"));
+    // A failing command still moves, and keeps its exit code and line numbers.
+    let r = bash(&f, "s1", "cd deep; no_such_cmd_xyz").await;
+    assert!(failed(&r).contains("exit code: 127"), "{}", r.output);
+    assert!(r.output.contains("1: no_such_cmd_xyz"), "{}", r.output);
+    assert!(ok(&bash(&f, "s1", "pwd").await).ends_with("/sub/deep\n"));
+    let r = bash(&f, "s1", "cd .. && exit 3").await;
+    assert!(failed(&r).contains("exit code: 3"), "{}", r.output);
+    assert!(ok(&bash(&f, "s1", "pwd").await).ends_with(&format!("{sub}\n")));
+    // Output without a final newline keeps its exact bytes.
+    let r = bash(&f, "s1", "printf 'no newline'").await;
+    assert!(
+        ok(&r).ends_with("--- stdout ---\nno newline\n"),
+        "{:?}",
+        r.output
+    );
+    assert_eq!(r.data.as_ref().unwrap()["stdout_bytes"], 10);
+}
+
+#[tokio::test]
+async fn background_bash_starts_in_the_sessions_directory_and_does_not_move_it() {
+    let f = Fixture::new(&[("sub/a.txt", "a\n")]);
+    bash(&f, "s1", "cd sub").await;
+    let r = f
+        .call(
+            "Bash",
+            json!({"command": "pwd; cd ..; echo moved-up", "run_in_background": true}),
+        )
+        .await;
+    let id = r.data.as_ref().unwrap()["process_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut seen = String::new();
+    for _ in 0..50 {
+        seen.push_str(ok(&f.call("BashOutput", json!({"bash_id": id})).await));
+        if seen.contains("moved-up") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(seen.contains(&format!("{}\n", f.abs("sub"))), "{seen}");
+    let r = bash(&f, "s1", "pwd").await;
+    assert!(
+        ok(&r).ends_with(&format!("{}\n", f.abs("sub"))),
+        "{}",
+        r.output
+    );
+}
+
+#[tokio::test]
+async fn bash_falls_back_to_the_root_when_its_directory_is_outside_or_gone() {
+    let f = Fixture::new(&[("keep.txt", "k\n")]);
+    let root = f.ws.display().to_string();
+    let r = bash(&f, "s1", "cd /").await;
+    assert!(
+        ok(&r).ends_with(&format!(
+            "Shell cwd was reset to {root}: / is outside the workspace.\n"
+        )),
+        "{}",
+        r.output
+    );
+    assert!(ok(&bash(&f, "s1", "pwd").await).ends_with(&format!("{root}\n")));
+    bash(&f, "s1", "mkdir gone && cd gone").await;
+    assert!(ok(&bash(&f, "s1", "pwd").await).ends_with("/gone\n"));
+    fs::remove_dir(f.ws.join("gone")).unwrap();
+    let r = bash(&f, "s1", "pwd").await;
+    let out = ok(&r);
+    assert!(
+        out.starts_with(&format!(
+            "Shell cwd was reset to {root}: gone no longer exists.\n"
+        )),
+        "{out}"
+    );
+    assert!(out.ends_with(&format!("{root}\n")), "{out}");
+    // A command that moves its stdout into a file gets no marker written there, and stays put.
+    bash(&f, "s1", "mkdir d && exec > log.txt && cd d && echo logged").await;
+    assert_eq!(f.read("log.txt").as_deref(), Some("logged\n"));
+    assert!(ok(&bash(&f, "s1", "pwd").await).ends_with(&format!("{root}\n")));
 }
 
 #[tokio::test]

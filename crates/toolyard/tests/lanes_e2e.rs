@@ -294,3 +294,52 @@ async fn cancelling_a_call_kills_its_process_tree() {
     }
     assert!(left.is_empty(), "processes left after cancel: {left:?}");
 }
+
+fn claude_code_dispatcher(ws: &Path, lanes: bool) -> Dispatcher {
+    let mut config = DispatcherConfig::new(ws);
+    config.state_dir = ws.parent().map(|base| base.join("state"));
+    config.dialect = toolyard_tools::Dialect::ClaudeCode;
+    if lanes {
+        config.mode = Mode::Lanes {
+            exe: toolyard_bin(),
+        };
+    }
+    Dispatcher::new(config).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_bash_keeps_each_sessions_directory_in_lanes_and_inline() {
+    for lanes in [true, false] {
+        let e = env();
+        std::fs::create_dir(e.ws.join("sub")).unwrap();
+        let d = claude_code_dispatcher(&e.ws, lanes);
+        let bash = |session: &'static str, command: &str| {
+            d.call(CallRequest::new(
+                session,
+                "Bash",
+                json!({"command": command}),
+            ))
+        };
+        let sub = format!("{}\n", e.ws.join("sub").display());
+        let root = format!("{}\n", e.ws.display());
+        let r = bash("s", "cd sub").await;
+        assert!(r.success, "lanes {lanes}: {}", r.output);
+        let r = bash("s", "pwd").await;
+        assert!(r.output.ends_with(&sub), "lanes {lanes}: {:?}", r.output);
+        assert!(
+            !r.output.contains('\u{1e}'),
+            "lanes {lanes}: {:?}",
+            r.output
+        );
+        let r = bash("t", "pwd").await;
+        assert!(r.output.ends_with(&root), "lanes {lanes}: {:?}", r.output);
+        let r = bash("s", "cd /").await;
+        assert!(
+            r.output.contains("Shell cwd was reset to"),
+            "lanes {lanes}: {:?}",
+            r.output
+        );
+        let r = bash("s", "pwd").await;
+        assert!(r.output.ends_with(&root), "lanes {lanes}: {:?}", r.output);
+    }
+}

@@ -5,19 +5,28 @@
 //! Texts follow Claude Code v1.0.x (see the dialects notes, section 2c): `cat -n` reads, the
 //! Edit error strings. Every path goes through the workspace's confinement, an existing file
 //! must have been read before it is written, and every write is journaled. Tools that need no
-//! shaping of their own (Glob, Grep, Bash, ...) call the loopr tool with renamed arguments.
+//! shaping of their own (Glob, Grep, BashOutput, KillShell) call the loopr tool with renamed
+//! arguments through the shared [`Adapter`]; `Bash` also keeps each session's directory.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use grep_matcher::Matcher;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
-use toolyard_workspace::{Expect, hash_bytes};
+use toolyard_core::{
+    Annotations, TIMEOUT_ARG, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+    time_limit,
+};
+use toolyard_exec::ExecOutcome;
+use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
+use super::{Adapter, Answer, Shaped};
 use crate::ToolEnv;
+use crate::command::{CommandEnv, command_result};
 use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
 
 /// Lines `Read` shows when `limit` is not given.
@@ -834,48 +843,17 @@ pub struct KillShellArgs {
     pub shell_id: String,
 }
 
-/// A Claude Code tool that renames its arguments for a loopr tool and calls it.
-pub struct Renamed<A> {
-    name: &'static str,
-    description: &'static str,
-    annotations: Annotations,
-    target: Arc<dyn Tool>,
-    /// The loopr call, and a memo for `after` (what the call itself cannot carry).
-    shape: fn(A) -> Result<(Value, Value), String>,
-    after: fn(ToolResult, &Value) -> ToolResult,
-}
-
-#[async_trait]
-impl<A> TypedTool for Renamed<A>
-where
-    A: for<'de> Deserialize<'de> + JsonSchema + Send + 'static,
-{
-    type Args = A;
-
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn description(&self) -> &str {
-        self.description
-    }
-
-    fn annotations(&self) -> Annotations {
-        self.annotations
-    }
-
-    async fn run(&self, args: A, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let (call, memo) = match (self.shape)(args) {
-            Ok(c) => c,
-            Err(msg) => return Ok(ToolResult::failure("invalid_arguments", msg)),
-        };
-        let r = delegated(self.target.invoke(call, ctx).await)?;
-        Ok((self.after)(r, &memo))
+/// The engine's arguments and memo, or a refusal of arguments it cannot take.
+fn refused(r: Result<(Value, Value), String>) -> Shaped {
+    match r {
+        Ok((args, memo)) => Shaped::Call { args, memo },
+        Err(msg) => Shaped::Answer(Ok(ToolResult::failure("invalid_arguments", msg))),
     }
 }
 
-fn same(r: ToolResult, _: &Value) -> ToolResult {
-    r
+/// The engine's answer, read-before-write errors in Claude Code's words.
+fn same(r: Answer, _: &Value) -> Answer {
+    delegated(r)
 }
 
 fn glob_call(a: GlobArgs) -> Result<(Value, Value), String> {
@@ -1039,8 +1017,205 @@ fn kill_after(r: ToolResult, call: &Value) -> ToolResult {
     }
 }
 
+/// Starts the marker line a foreground `Bash` command prints last: the directory it ended in.
+const CWD_MARK: &str = "\u{1e}toolyard-cwd:";
+/// Ends the marker (before its newline).
+const CWD_END: char = '\u{1e}';
+
+/// The shell text `Bash` puts before a foreground command: on exit, print the directory it
+/// ended in as a marker line, unless the command moved stdout off the capture pipe (as
+/// `exec >log` does), where the marker would land in a file. On the command's own line, so
+/// the shell's `sh: 1: ...` errors keep their line numbers.
+const CWD_TRAP: &str =
+    "trap '[ -p /dev/stdout ] && printf \"\\036toolyard-cwd:%s\\036\\n\" \"$(pwd -P)\"' EXIT; ";
+
+/// Claude Code's `Bash`: run_command with Claude Code's arguments, and the working directory
+/// kept per session as Claude Code keeps it (a `cd` lasts into the session's next call; shell
+/// variables do not).
+struct ClaudeBash {
+    env: Arc<ToolEnv>,
+    commands: Arc<CommandEnv>,
+    /// The engine tool that starts background commands.
+    run_command: Arc<dyn Tool>,
+    /// Each session's working directory where it is not the root: where its last foreground
+    /// command ended.
+    cwds: Mutex<HashMap<String, RelPath>>,
+}
+
+#[async_trait]
+impl TypedTool for ClaudeBash {
+    type Args = BashArgs;
+
+    fn name(&self) -> &str {
+        "Bash"
+    }
+
+    fn description(&self) -> &str {
+        "Executes a bash command in the workspace with an optional timeout (ms, default 120000, \
+         max 600000). The working directory persists between commands (a `cd` lasts into the \
+         next call); shell state such as variables does not. run_in_background starts it and \
+         returns its ID at once: read its output with BashOutput, stop it with KillShell. Use \
+         Read, Edit, Glob and Grep rather than cat, sed, find and grep."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::COMMAND
+    }
+
+    async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let background = args.run_in_background == Some(true);
+        let command = args.command.clone();
+        let (call, memo) = match bash_call(args) {
+            Ok(c) => c,
+            Err(msg) => return Ok(ToolResult::failure("invalid_arguments", msg)),
+        };
+        let (dir, before) = self.start_dir(ctx);
+        let mut ctx = ctx.clone();
+        ctx.cwd = self.env.workspace.absolute(&dir);
+        let r = if background {
+            // A background command starts in the session's directory but never moves it.
+            let r = delegated(self.run_command.invoke(call, &ctx).await)?;
+            bash_after(r, &memo)
+        } else {
+            let asked = call.get(TIMEOUT_ARG).and_then(Value::as_u64);
+            ctx.timeout = time_limit("Bash", asked, ctx.timeout, ctx.max_timeout)?;
+            let wrapped = format!("{CWD_TRAP}{command}");
+            let mut outcome = self
+                .commands
+                .run_outcome(&ctx, &wrapped, None, None)
+                .await?;
+            let after =
+                take_cwd_marker(&mut outcome).and_then(|end| self.end_dir(&ctx.session_id, &end));
+            let r = delegated(Ok(command_result(&outcome)))?;
+            match after {
+                Some(note) => with_note(r, &note, false),
+                None => r,
+            }
+        };
+        Ok(match before {
+            Some(note) => with_note(r, &note, true),
+            None => r,
+        })
+    }
+}
+
+impl ClaudeBash {
+    fn cwds(&self) -> std::sync::MutexGuard<'_, HashMap<String, RelPath>> {
+        // A panic elsewhere while holding it leaves a map that is still whole.
+        self.cwds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The session's directory, or the root (and a note saying why) when it is gone or may
+    /// no longer be entered.
+    fn start_dir(&self, ctx: &ToolContext) -> (RelPath, Option<String>) {
+        let Some(dir) = self.cwds().get(&ctx.session_id).cloned() else {
+            return (RelPath::root(), None);
+        };
+        let ws = &self.env.workspace;
+        let usable = ws
+            .locate(dir.as_str(), ws.root())
+            .and_then(|d| ws.metadata(&d))
+            .is_ok_and(|m| m.is_some_and(|m| m.is_dir()));
+        if usable {
+            return (dir, None);
+        }
+        self.cwds().remove(&ctx.session_id);
+        let note = format!(
+            "Shell cwd was reset to {}: {dir} no longer exists.",
+            ws.root().display()
+        );
+        (RelPath::root(), Some(note))
+    }
+
+    /// Keep `end` (the directory the command ended in, as `pwd -P` says it) as the session's
+    /// directory; outside the workspace, or somewhere commands may not run, the root instead,
+    /// with the note that says so.
+    fn end_dir(&self, session: &str, end: &str) -> Option<String> {
+        let ws = &self.env.workspace;
+        let root = ws.root();
+        match ws.locate(end, root) {
+            Ok(rel) if rel.is_root() => {
+                self.cwds().remove(session);
+                None
+            }
+            Ok(rel) => {
+                self.cwds().insert(session.to_string(), rel);
+                None
+            }
+            Err(e) => {
+                self.cwds().remove(session);
+                let why = if Path::new(end).starts_with(root) {
+                    format!("commands may not run in {end} ({e})")
+                } else {
+                    format!("{end} is outside the workspace")
+                };
+                Some(format!("Shell cwd was reset to {}: {why}.", root.display()))
+            }
+        }
+    }
+}
+
+/// Take the directory marker out of the command's stdout (and out of the saved full output);
+/// `None` when the shell printed none (killed, `exec`ed, or its stdout moved).
+fn take_cwd_marker(o: &mut ExecOutcome) -> Option<String> {
+    let at = o.stdout.rfind(CWD_MARK)?;
+    let rest = &o.stdout[at + CWD_MARK.len()..];
+    let end = rest.find(CWD_END)?;
+    let dir = rest[..end].to_string();
+    let mut cut = at + CWD_MARK.len() + end + CWD_END.len_utf8();
+    if o.stdout[cut..].starts_with('\n') {
+        cut += 1;
+    }
+    let marker = o.stdout[at..cut].to_string();
+    o.stdout.replace_range(at..cut, "");
+    o.stdout_bytes = o.stdout_bytes.saturating_sub(marker.len() as u64);
+    if let Some(full) = &o.full_output {
+        trim_tail(full, marker.as_bytes());
+    }
+    Some(dir)
+}
+
+/// Cut `tail` off the end of the file at `path`, if the file ends with it.
+fn trim_tail(path: &Path, tail: &[u8]) {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    else {
+        return;
+    };
+    let Ok(len) = f.metadata().map(|m| m.len()) else {
+        return;
+    };
+    let n = tail.len() as u64;
+    if len < n || f.seek(SeekFrom::Start(len - n)).is_err() {
+        return;
+    }
+    let mut end = vec![0; tail.len()];
+    if f.read_exact(&mut end).is_ok() && end == tail {
+        let _ = f.set_len(len - n);
+    }
+}
+
+/// `r` with a one-line `note` before (`first`) or after its output.
+fn with_note(r: ToolResult, note: &str, first: bool) -> ToolResult {
+    let output = if first {
+        format!("{note}\n{}", r.output)
+    } else if r.output.is_empty() || r.output.ends_with('\n') {
+        format!("{}{note}\n", r.output)
+    } else {
+        format!("{}\n{note}\n", r.output)
+    };
+    ToolResult { output, ..r }
+}
+
 /// The claude-code dialect's tools over the loopr tools `loopr`.
-pub fn tools(env: &Arc<ToolEnv>, loopr: &[Arc<dyn Tool>]) -> Vec<Arc<dyn Tool>> {
+pub fn tools(
+    env: &Arc<ToolEnv>,
+    commands: Arc<CommandEnv>,
+    loopr: &[Arc<dyn Tool>],
+) -> Vec<Arc<dyn Tool>> {
     let mut v: Vec<Arc<dyn Tool>> = vec![
         Arc::new(Typed(Read {
             env: env.clone(),
@@ -1060,19 +1235,19 @@ pub fn tools(env: &Arc<ToolEnv>, loopr: &[Arc<dyn Tool>]) -> Vec<Arc<dyn Tool>> 
         v.push(Arc::new(Typed(Write { write_file: t })));
     }
     if let Some(t) = engine(loopr, "glob") {
-        v.push(Arc::new(Typed(Renamed {
+        v.push(Arc::new(Typed(Adapter {
             name: "Glob",
             description: "Fast file pattern matching: finds files by glob (`**/*.js`, \
                           `src/**/*.ts`), newest first. path is the directory to search in \
                           (omit it for the working directory).",
             annotations: Annotations::READ_ONLY,
             target: t,
-            shape: glob_call,
+            shape: |a| refused(glob_call(a)),
             after: same,
         })));
     }
     if let Some(t) = engine(loopr, "grep") {
-        v.push(Arc::new(Typed(Renamed {
+        v.push(Arc::new(Typed(Adapter {
             name: "Grep",
             description: "Searches file contents with a regular expression (ripgrep syntax). \
                           output_mode: files_with_matches (default, paths), content (matching \
@@ -1081,44 +1256,38 @@ pub fn tools(env: &Arc<ToolEnv>, loopr: &[Arc<dyn Tool>]) -> Vec<Arc<dyn Tool>> 
                           lets a match span lines; head_limit keeps the first N entries.",
             annotations: Annotations::READ_ONLY,
             target: t,
-            shape: grep_call,
+            shape: |a| refused(grep_call(a)),
             after: same,
         })));
     }
     if let Some(t) = engine(loopr, "run_command") {
-        v.push(Arc::new(Typed(Renamed {
-            name: "Bash",
-            description: "Executes a bash command in the workspace with an optional timeout \
-                          (ms, default 120000, max 600000). run_in_background starts it and \
-                          returns its ID at once: read its output with BashOutput, stop it with \
-                          KillShell. Use Read, Edit, Glob and Grep rather than cat, sed, find \
-                          and grep.",
-            annotations: Annotations::COMMAND,
-            target: t,
-            shape: bash_call,
-            after: bash_after,
+        v.push(Arc::new(Typed(ClaudeBash {
+            env: env.clone(),
+            commands,
+            run_command: t,
+            cwds: Mutex::new(HashMap::new()),
         })));
     }
     if let Some(t) = engine(loopr, "process_output") {
-        v.push(Arc::new(Typed(Renamed {
+        v.push(Arc::new(Typed(Adapter {
             name: "BashOutput",
             description: "Retrieves output from a running or completed background shell: only \
                           the output new since the last check. filter (a regex) keeps only the \
                           matching lines; the others are dropped for good.",
             annotations: Annotations::COMMAND,
             target: t,
-            shape: bash_output_call,
-            after: bash_output_after,
+            shape: |a| refused(bash_output_call(a)),
+            after: |r, memo| delegated(r).map(|r| bash_output_after(r, memo)),
         })));
     }
     if let Some(t) = engine(loopr, "process_kill") {
-        v.push(Arc::new(Typed(Renamed {
+        v.push(Arc::new(Typed(Adapter {
             name: "KillShell",
             description: "Kills a running background shell by its ID.",
             annotations: Annotations::COMMAND,
             target: t,
-            shape: kill_call,
-            after: kill_after,
+            shape: |a| refused(kill_call(a)),
+            after: |r, memo| delegated(r).map(|r| kill_after(r, memo)),
         })));
     }
     v

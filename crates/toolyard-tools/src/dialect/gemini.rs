@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
 use toolyard_workspace::{Expect, hash_bytes};
 
+use super::{Adapter, Shaped, as_engine};
 use crate::ToolEnv;
 use crate::command::CommandEnv;
 use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
@@ -39,40 +40,6 @@ fn either(names: &[&str], values: &[&Option<String>]) -> Result<String, ToolErro
                 }
             ))
         })
-}
-
-/// A Gemini tool that reshapes its arguments for a loopr engine tool and runs it.
-struct Delegate<A> {
-    name: &'static str,
-    description: &'static str,
-    annotations: Annotations,
-    inner: Arc<dyn Tool>,
-    shape: fn(A) -> Result<Value, ToolError>,
-}
-
-#[async_trait]
-impl<A> TypedTool for Delegate<A>
-where
-    A: for<'de> Deserialize<'de> + JsonSchema + Send + 'static,
-{
-    type Args = A;
-
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn description(&self) -> &str {
-        self.description
-    }
-
-    fn annotations(&self) -> Annotations {
-        self.annotations
-    }
-
-    async fn run(&self, args: A, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let call = (self.shape)(args)?;
-        self.inner.invoke(call, ctx).await
-    }
 }
 
 /// Arguments of `read_file`.
@@ -669,53 +636,57 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>
     let find = |name: &str| engine.iter().find(|t| t.name() == name).cloned();
     let mut v: Vec<Arc<dyn Tool>> = Vec::new();
     if let Some(inner) = find("read_file") {
-        v.push(Arc::new(Typed(Delegate {
+        v.push(Arc::new(Typed(Adapter {
             name: "read_file",
             description: "Reads a file (file_path, absolute inside the workspace). Text comes as numbered \
                  lines; use start_line/end_line (1-based, inclusive), or the older offset (0-based) \
                  and limit, to read part of a large file. Images and PDFs are returned as media.",
             annotations: Annotations::READ_ONLY,
-            inner,
-            shape: shape_read,
+            target: inner,
+            shape: |a| Shaped::plain(shape_read(a)),
+            after: as_engine,
         })));
     }
     if let Some(inner) = find("write_file") {
-        v.push(Arc::new(Typed(Delegate {
+        v.push(Arc::new(Typed(Adapter {
             name: "write_file",
             description: "Writes content to a file (file_path), creating it and its parent directories or \
                  overwriting it. An existing file must have been read first. Provide the full file; \
                  do not use placeholders like '// ... rest of code'.",
             annotations: Annotations::MUTATING,
-            inner,
-            shape: shape_write,
+            target: inner,
+            shape: |a| Shaped::plain(shape_write(a)),
+            after: as_engine,
         })));
     }
     v.push(Arc::new(Typed(Replace { env: env.clone() })));
     v.push(Arc::new(Typed(Glob { env: env.clone() })));
     if let Some(inner) = find("grep") {
         for name in ["search_file_content", "grep_search"] {
-            v.push(Arc::new(Typed(Delegate {
+            v.push(Arc::new(Typed(Adapter {
                 name,
                 description: "Searches for a regular expression in file contents under dir_path (or the older \
                      path), optionally only in files matching the include glob. Case-insensitive \
                      unless case_sensitive is true. Returns matching lines with file paths and line \
                      numbers (at most total_max_matches, default 100).",
                 annotations: Annotations::READ_ONLY,
-                inner: inner.clone(),
-                shape: shape_search,
+                target: inner.clone(),
+                shape: |a| Shaped::plain(shape_search(a)),
+                after: as_engine,
             })));
         }
     }
     v.push(Arc::new(Typed(ListDirectory { env: env.clone() })));
     if let Some(inner) = find("run_command") {
-        v.push(Arc::new(Typed(Delegate {
+        v.push(Arc::new(Typed(Adapter {
             name: "run_shell_command",
             description: "Runs a shell command in the workspace (dir_path, or the older directory, sets the \
                  working directory inside it) and returns its output and exit code. \
                  is_background starts servers and watchers without waiting; do not use `&`.",
             annotations: Annotations::COMMAND,
-            inner,
-            shape: shape_shell,
+            target: inner,
+            shape: |a| Shaped::plain(shape_shell(a)),
+            after: as_engine,
         })));
     }
     v.push(Arc::new(Typed(ReadManyFiles { env: env.clone() })));

@@ -3,11 +3,16 @@
 //! `loopr` (seed 000) is the engine's own vocabulary. `loom` (seeds 003/004) and `loom-py`
 //! (seed 002) are thin adapters: each of their tools parses its own arguments, calls the same
 //! engine code, and shapes the result the way its seed specifies. Every dialect tool names the
-//! catalog entry (its *engine* tool) whose lane and limits it runs under.
+//! catalog entry (its *engine* tool) whose lane and limits it runs under. A tool that only
+//! renames or reshapes arguments for an engine tool is an [`Adapter`].
 
 use std::sync::Arc;
 
-use toolyard_core::{Tool, ToolError};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, TypedTool};
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
@@ -113,6 +118,80 @@ pub const FILE_TOOLS: &[&str] = &[
     "glob",
     "grep",
 ];
+
+/// A call's answer: a result, or an error the model reads as one.
+pub(crate) type Answer = Result<ToolResult, ToolError>;
+
+/// What an [`Adapter`]'s `shape` makes of the dialect's arguments.
+pub(crate) enum Shaped {
+    /// Call the engine tool with `args`; `memo` (what they cannot carry) goes to `after`.
+    Call { args: Value, memo: Value },
+    /// Answer without the engine (arguments it cannot take).
+    Answer(Answer),
+}
+
+impl Shaped {
+    /// The engine's arguments with no memo, or the error that answers the call.
+    pub(crate) fn plain(r: Result<Value, ToolError>) -> Self {
+        match r {
+            Ok(args) => Shaped::Call {
+                args,
+                memo: Value::Null,
+            },
+            Err(e) => Shaped::Answer(Err(e)),
+        }
+    }
+}
+
+/// A dialect's tool that renames or reshapes its arguments for an engine tool and calls it:
+/// `shape` makes the engine's arguments (and a memo of what they cannot carry), `after` makes
+/// the dialect's answer of the engine's, with the memo.
+pub(crate) struct Adapter<A> {
+    /// The name in the dialect.
+    pub name: &'static str,
+    /// The description in the dialect.
+    pub description: &'static str,
+    /// Behaviour hints.
+    pub annotations: Annotations,
+    /// The engine tool it calls.
+    pub target: Arc<dyn Tool>,
+    /// The engine's arguments (and memo), or the answer without the engine.
+    pub shape: fn(A) -> Shaped,
+    /// The dialect's answer from the engine's and the memo.
+    pub after: fn(Answer, &Value) -> Answer,
+}
+
+#[async_trait]
+impl<A> TypedTool for Adapter<A>
+where
+    A: for<'de> Deserialize<'de> + JsonSchema + Send + 'static,
+{
+    type Args = A;
+
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn description(&self) -> &str {
+        self.description
+    }
+
+    fn annotations(&self) -> Annotations {
+        self.annotations
+    }
+
+    async fn run(&self, args: A, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        match (self.shape)(args) {
+            Shaped::Call { args, memo } => (self.after)(self.target.invoke(args, ctx).await, &memo),
+            Shaped::Answer(answer) => answer,
+        }
+    }
+}
+
+/// An `after` that answers as the engine did.
+pub(crate) fn as_engine(r: Answer, _: &Value) -> Answer {
+    r
+}
 
 /// A tool as a dialect exposes it, with the catalog entry it runs under.
 #[derive(Clone)]
@@ -229,7 +308,7 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
             ]));
             v
         }
-        Dialect::ClaudeCode => claude_code::tools(env, &loopr),
+        Dialect::ClaudeCode => claude_code::tools(env, commands, &loopr),
     };
     chosen
         .into_iter()
