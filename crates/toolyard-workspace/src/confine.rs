@@ -138,7 +138,9 @@ impl Staged {
     /// another; then the directory is synced.
     pub fn commit(mut self, ws: &Workspace, expect: &Expect) -> Result<WriteOutcome, ToolError> {
         let Some(tmp_name) = self.tmp_name.take() else {
-            return Err(ToolError::Io("internal: a staged write committed twice".into()));
+            return Err(ToolError::Io(
+                "internal: a staged write committed twice".into(),
+            ));
         };
         let dir = &self.parent_dir;
         let swapped = lock_dir(dir)
