@@ -64,3 +64,56 @@ fn concurrent_writers_never_lose_an_acknowledged_write() {
         base.len() + acked.iter().map(String::len).sum::<usize>()
     );
 }
+
+/// The names in `dir` other than `keep`: what a write left behind.
+fn leftovers(dir: &std::path::Path, keep: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n != keep)
+        .collect()
+}
+
+/// A staged write (the content synced beside the file while the journal commits) is in place
+/// only once committed; one never committed, or refused as stale, leaves nothing behind.
+#[test]
+fn a_staged_write_lands_only_on_commit_and_leaves_nothing_when_dropped_or_stale() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("f.txt"), "v1\n").expect("seed");
+    let ws = Workspace::open(dir.path()).expect("workspace");
+    let rel = RelPath::from_normalized("f.txt");
+
+    let staged = ws.stage(&rel, &mut &b"never\n"[..], None).expect("stage");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("f.txt")).unwrap(),
+        "v1\n"
+    );
+    drop(staged);
+    assert_eq!(leftovers(dir.path(), "f.txt"), Vec::<String>::new());
+
+    // Another writer lands between the stage and the commit: the commit is refused as stale.
+    let staged = ws.stage(&rel, &mut &b"mine\n"[..], None).expect("stage");
+    ws.write_atomic(&rel, b"theirs\n", &Expect::Any)
+        .expect("rival write");
+    let stale = staged.commit(&ws, &Expect::Hash(hash_bytes(b"v1\n")));
+    assert!(
+        matches!(stale, Err(ToolError::StaleRead { .. })),
+        "{stale:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("f.txt")).unwrap(),
+        "theirs\n"
+    );
+    assert_eq!(leftovers(dir.path(), "f.txt"), Vec::<String>::new());
+
+    let staged = ws.stage(&rel, &mut &b"v2\n"[..], None).expect("stage");
+    let out = staged
+        .commit(&ws, &Expect::Hash(hash_bytes(b"theirs\n")))
+        .expect("commit");
+    assert_eq!(out.bytes, 3);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("f.txt")).unwrap(),
+        "v2\n"
+    );
+    assert_eq!(leftovers(dir.path(), "f.txt"), Vec::<String>::new());
+}
