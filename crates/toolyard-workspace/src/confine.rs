@@ -553,9 +553,9 @@ impl Workspace {
     }
 
     /// The first half of an atomic write: the new content in a temporary file beside `rel`,
-    /// durable, not yet in place. [`Staged::commit`] swaps it in; dropping it removes it. A
-    /// caller that must journal first can stage while the journal commits, so the two fsyncs
-    /// overlap instead of adding up.
+    /// durable, not yet in place. [`Staged::commit`] swaps it in; dropping it removes it.
+    /// Journal first: a crash between the stage and the commit leaves the temporary file, which
+    /// recovery removes only for a path with a pending journal entry.
     pub fn stage(
         &self,
         rel: &RelPath,

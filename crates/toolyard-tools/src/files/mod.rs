@@ -91,23 +91,19 @@ pub async fn commit_write_in(
     group: Option<i64>,
 ) -> Result<(WriteOutcome, i64), ToolError> {
     let new_hash = hash_bytes(bytes);
-    // Write-ahead, overlapped: the new content is staged (written and synced beside the file,
-    // not yet in place) on another thread while the journal commits the old one; the swap
-    // waits for both, so the two fsyncs cost one.
-    let ws = env.workspace.clone();
-    let (staged_rel, content) = (rel.clone(), bytes.to_vec());
-    let staging =
-        tokio::task::spawn_blocking(move || ws.stage(&staged_rel, &mut &content[..], None));
-    let begun = env
+    // Write-ahead: the journal holds the previous content before anything is written beside
+    // the file, so a crash at any point leaves either nothing of this write or a pending entry
+    // whose recovery removes its temporary file. (Staging on another thread while the journal
+    // commits saved one fsync's wait, but a crash in that window left a temporary file no
+    // entry names.)
+    let change = env
         .records
         .journal_begin_grouped(&ctx.session_id, &ctx.call_id, tool, rel, &new_hash, group)
-        .await;
-    let staged = staging
-        .await
-        .map_err(|e| ToolError::Io(format!("staging {rel} failed: {e}")))
-        .and_then(|r| r);
-    let change = begun?;
-    let written = staged.and_then(|s| s.commit(&env.workspace, expect));
+        .await?;
+    let written = env
+        .workspace
+        .stage(rel, &mut &bytes[..], None)
+        .and_then(|s| s.commit(&env.workspace, expect));
     match written {
         Ok(outcome) => {
             env.records.journal_end(change, true).await?;
