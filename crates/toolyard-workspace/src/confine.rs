@@ -118,8 +118,11 @@ pub struct WriteOutcome {
 pub struct Staged {
     parent: RelPath,
     parent_dir: Dir,
-    /// `None` once committed.
+    /// The temporary file's name; `None` while the content is in `anon`, and once committed.
     tmp_name: Option<String>,
+    /// Content in a nameless file (`O_TMPFILE`), linked in only at the commit: a crash before
+    /// then leaves nothing behind.
+    anon: Option<std::fs::File>,
     name: String,
     target: RelPath,
     created: bool,
@@ -137,10 +140,19 @@ impl Staged {
     /// under the directory's lock, as one step for every Toolyard writer, in this process or
     /// another; then the directory is synced.
     pub fn commit(mut self, ws: &Workspace, expect: &Expect) -> Result<WriteOutcome, ToolError> {
-        let Some(tmp_name) = self.tmp_name.take() else {
-            return Err(ToolError::Io(
-                "internal: a staged write committed twice".into(),
-            ));
+        let tmp_name = match (self.tmp_name.take(), self.anon.take()) {
+            (Some(name), _) => name,
+            (None, Some(file)) => {
+                let name = format!(".{}.toolyard-{}.tmp", self.name, unique_suffix());
+                name_anonymous(&file, &self.parent_dir, &name)
+                    .map_err(|e| ws.map_err(e, &self.target))?;
+                name
+            }
+            (None, None) => {
+                return Err(ToolError::Io(
+                    "internal: a staged write committed twice".into(),
+                ));
+            }
         };
         let dir = &self.parent_dir;
         let swapped = lock_dir(dir)
@@ -555,13 +567,86 @@ impl Workspace {
     /// The first half of an atomic write: the new content in a temporary file beside `rel`,
     /// durable, not yet in place. [`Staged::commit`] swaps it in; dropping it removes it.
     /// Journal first: a crash between the stage and the commit leaves the temporary file, which
-    /// recovery removes only for a path with a pending journal entry.
+    /// recovery removes only for a path with a pending journal entry ([`Workspace::stage_anonymous`]
+    /// may run before the journal commits).
     pub fn stage(
         &self,
         rel: &RelPath,
         reader: &mut dyn Read,
         mode: Option<u32>,
     ) -> Result<Staged, ToolError> {
+        let mut staged = self.prepare(rel, mode)?;
+        let tmp_name = format!(".{}.toolyard-{}.tmp", staged.name, unique_suffix());
+        let mut opts = OpenOptions::new();
+        opts.write(true).create_new(true).mode(staged.mode);
+        let dir = &staged.parent_dir;
+        let mut tmp = dir
+            .open_with(&tmp_name, &opts)
+            .map_err(|e| self.map_err(e, &staged.target))?;
+        // Named from here on: dropped or refused, it is removed.
+        staged.tmp_name = Some(tmp_name);
+        let mode = staged.mode;
+        let result = (|| -> io::Result<u64> {
+            let n = io::copy(reader, &mut tmp)?;
+            tmp.flush()?;
+            // The umask may have narrowed the mode at creation; set it exactly.
+            tmp.set_permissions(Permissions::from_mode(mode))?;
+            tmp.sync_all()?;
+            Ok(n)
+        })();
+        staged.written = result.map_err(|e| self.map_err(e, &staged.target))?;
+        Ok(staged)
+    }
+
+    /// Like [`Workspace::stage`], the content in a nameless file (`O_TMPFILE`) that only the
+    /// commit links in: staged before the journal has committed, a crash leaves nothing behind,
+    /// so the journal's fsync and the content's can overlap. `None` where the file system has
+    /// no nameless files (then journal first and [`Workspace::stage`]).
+    pub fn stage_anonymous(
+        &self,
+        rel: &RelPath,
+        reader: &mut dyn Read,
+        mode: Option<u32>,
+    ) -> Result<Option<Staged>, ToolError> {
+        use rustix::fs::{Mode, OFlags};
+        let mut staged = self.prepare(rel, mode)?;
+        let flags = OFlags::RDWR | OFlags::TMPFILE | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(
+            &staged.parent_dir,
+            c".",
+            flags,
+            Mode::from_raw_mode(staged.mode),
+        ) {
+            Ok(fd) => fd,
+            Err(e)
+                if [
+                    rustix::io::Errno::OPNOTSUPP,
+                    rustix::io::Errno::ISDIR,
+                    rustix::io::Errno::INVAL,
+                ]
+                .contains(&e) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(self.map_err(e.into(), &staged.target)),
+        };
+        let mut file = std::fs::File::from(fd);
+        let mode = staged.mode;
+        let result = (|| -> io::Result<u64> {
+            use std::os::unix::fs::PermissionsExt as _;
+            let n = io::copy(reader, &mut file)?;
+            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+            file.sync_all()?;
+            Ok(n)
+        })();
+        staged.written = result.map_err(|e| self.map_err(e, &staged.target))?;
+        staged.anon = Some(file);
+        Ok(Some(staged))
+    }
+
+    /// The checks of a write to `rel` and its parent directory, opened: a [`Staged`] with no
+    /// content yet.
+    fn prepare(&self, rel: &RelPath, mode: Option<u32>) -> Result<Staged, ToolError> {
         let target = self.resolve(rel, true)?;
         if target.is_root() {
             return Err(ToolError::InvalidArguments(
@@ -600,35 +685,15 @@ impl Workspace {
             .or_else(|| previous.as_ref().map(|m| m.permissions().mode() & 0o7777))
             .unwrap_or(0o644);
 
-        let tmp_name = format!(".{name}.toolyard-{}.tmp", unique_suffix());
-        let mut opts = OpenOptions::new();
-        opts.write(true).create_new(true).mode(mode);
-        let mut tmp = parent_dir
-            .open_with(&tmp_name, &opts)
-            .map_err(|e| self.map_err(e, &target))?;
-        let result = (|| -> io::Result<u64> {
-            let n = io::copy(reader, &mut tmp)?;
-            tmp.flush()?;
-            // The umask may have narrowed the mode at creation; set it exactly.
-            tmp.set_permissions(Permissions::from_mode(mode))?;
-            tmp.sync_all()?;
-            Ok(n)
-        })();
-        let written = match result {
-            Ok(n) => n,
-            Err(e) => {
-                let _ = parent_dir.remove_file(&tmp_name);
-                return Err(self.map_err(e, &target));
-            }
-        };
         Ok(Staged {
             parent,
             parent_dir,
-            tmp_name: Some(tmp_name),
+            tmp_name: None,
+            anon: None,
             name,
             target,
             created: previous.is_none(),
-            written,
+            written: 0,
             mode,
         })
     }
@@ -781,6 +846,38 @@ impl Drop for DirLock {
 
 fn sync_dir(dir: &Dir) -> io::Result<()> {
     dir.open(".")?.sync_all()
+}
+
+/// Give the nameless `file` the name `name` in `dir`: through `/proc/self/fd` (no privilege
+/// needed), else `AT_EMPTY_PATH` (needs CAP_DAC_READ_SEARCH), else by copying it into a new
+/// file of that name (synced).
+fn name_anonymous(file: &std::fs::File, dir: &Dir, name: &str) -> io::Result<()> {
+    use rustix::fs::{AtFlags, CWD, linkat};
+    use std::os::fd::AsRawFd;
+    let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    if linkat(CWD, proc_path.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW).is_ok()
+        || linkat(file, c"", dir, name, AtFlags::EMPTY_PATH).is_ok()
+    {
+        return Ok(());
+    }
+    let mode = {
+        use std::os::unix::fs::PermissionsExt as _;
+        file.metadata()?.permissions().mode() & 0o7777
+    };
+    let mut opts = OpenOptions::new();
+    opts.write(true).create_new(true).mode(mode);
+    let mut copy = dir.open_with(name, &opts)?;
+    let written = (|| -> io::Result<()> {
+        let mut reader = file;
+        std::io::Seek::seek(&mut reader, std::io::SeekFrom::Start(0))?;
+        io::copy(&mut reader, &mut copy)?;
+        copy.set_permissions(Permissions::from_mode(mode))?;
+        copy.sync_all()
+    })();
+    if written.is_err() {
+        let _ = dir.remove_file(name);
+    }
+    written
 }
 
 fn unique_suffix() -> String {

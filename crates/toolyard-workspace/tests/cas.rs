@@ -117,3 +117,55 @@ fn a_staged_write_lands_only_on_commit_and_leaves_nothing_when_dropped_or_stale(
     );
     assert_eq!(leftovers(dir.path(), "f.txt"), Vec::<String>::new());
 }
+
+/// The same for content staged in a nameless file (staged before the journal commits): nothing
+/// of it is visible, or left, until the commit names it and swaps it in.
+#[test]
+fn an_anonymously_staged_write_is_invisible_until_committed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("f.txt"), "v1\n").expect("seed");
+    let ws = Workspace::open(dir.path()).expect("workspace");
+    let rel = RelPath::from_normalized("f.txt");
+    let Some(staged) = ws
+        .stage_anonymous(&rel, &mut &b"never\n"[..], None)
+        .expect("stage")
+    else {
+        eprintln!("skipped: this file system has no O_TMPFILE");
+        return;
+    };
+    assert_eq!(leftovers(dir.path(), "f.txt"), Vec::<String>::new());
+    drop(staged);
+    assert_eq!(leftovers(dir.path(), "f.txt"), Vec::<String>::new());
+
+    let staged = ws
+        .stage_anonymous(&rel, &mut &b"mine\n"[..], None)
+        .expect("stage")
+        .expect("O_TMPFILE");
+    ws.write_atomic(&rel, b"theirs\n", &Expect::Any)
+        .expect("rival write");
+    let stale = staged.commit(&ws, &Expect::Hash(hash_bytes(b"v1\n")));
+    assert!(
+        matches!(stale, Err(ToolError::StaleRead { .. })),
+        "{stale:?}"
+    );
+    assert_eq!(leftovers(dir.path(), "f.txt"), Vec::<String>::new());
+
+    let staged = ws
+        .stage_anonymous(&rel, &mut &b"v2\n"[..], Some(0o600))
+        .expect("stage")
+        .expect("O_TMPFILE");
+    staged
+        .commit(&ws, &Expect::Hash(hash_bytes(b"theirs\n")))
+        .expect("commit");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("f.txt")).unwrap(),
+        "v2\n"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("f.txt"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(leftovers(dir.path(), "f.txt"), Vec::<String>::new());
+}

@@ -91,19 +91,30 @@ pub async fn commit_write_in(
     group: Option<i64>,
 ) -> Result<(WriteOutcome, i64), ToolError> {
     let new_hash = hash_bytes(bytes);
-    // Write-ahead: the journal holds the previous content before anything is written beside
-    // the file, so a crash at any point leaves either nothing of this write or a pending entry
-    // whose recovery removes its temporary file. (Staging on another thread while the journal
-    // commits saved one fsync's wait, but a crash in that window left a temporary file no
-    // entry names.)
-    let change = env
+    // Write-ahead, overlapped: the new content goes into a nameless file on another thread
+    // while the journal commits the previous content; only the commit, after both, gives it a
+    // name and swaps it in, so a crash at any point leaves nothing no journal entry accounts
+    // for. Where the file system has no nameless files, the journal commits first.
+    let ws = env.workspace.clone();
+    let (staged_rel, content) = (rel.clone(), bytes.to_vec());
+    let staging = tokio::task::spawn_blocking(move || {
+        ws.stage_anonymous(&staged_rel, &mut &content[..], None)
+    });
+    let begun = env
         .records
         .journal_begin_grouped(&ctx.session_id, &ctx.call_id, tool, rel, &new_hash, group)
-        .await?;
-    let written = env
-        .workspace
-        .stage(rel, &mut &bytes[..], None)
-        .and_then(|s| s.commit(&env.workspace, expect));
+        .await;
+    let staged = staging
+        .await
+        .map_err(|e| ToolError::Io(format!("staging {rel} failed: {e}")))
+        .and_then(|r| r);
+    let change = begun?;
+    let written = match staged {
+        Ok(Some(staged)) => Ok(staged),
+        Ok(None) => env.workspace.stage(rel, &mut &bytes[..], None),
+        Err(e) => Err(e),
+    }
+    .and_then(|s| s.commit(&env.workspace, expect));
     match written {
         Ok(outcome) => {
             env.records.journal_end(change, true).await?;
