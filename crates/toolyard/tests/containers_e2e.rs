@@ -7,33 +7,27 @@
 //! `TOOLYARD_E2E_POD_WS` (the host directory mounted at /workspace). Without them every test
 //! prints why it skipped and passes: plain `cargo test` has no pod.
 
-use std::collections::BTreeMap;
+mod server_side;
+
 use std::io::Read;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use server_side::{HARNESS, Server, ServerCli, run_bounded, snapshot, toolyard_bin};
 use toolyard_core::Catalog;
 use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
-
-/// A generous bound for the harness itself, far under the 60 s of the command the pod-kill test
-/// interrupts: a hang fails the test instead of stalling the suite.
-const HARNESS: Duration = Duration::from_secs(40);
 
 /// The uid the pod runs as (its manifest's `runAsUser`).
 const NOBODY: u32 = 65534;
 
 /// One pod serves every test, and one test kills it: they take turns.
 static POD_LOCK: Mutex<()> = Mutex::new(());
-
-fn toolyard_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_toolyard"))
-}
 
 /// The pod tests/containers/run.sh started.
 struct Pod {
@@ -131,52 +125,6 @@ fn env(files: &[(&str, &[u8])]) -> Option<Env> {
     })
 }
 
-/// Every file under `dir` with its bytes and mode.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (Vec<u8>, u32)> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let meta = e.metadata().unwrap();
-            let rel = e.path().strip_prefix(dir).unwrap().to_path_buf();
-            if meta.is_dir() {
-                stack.push(e.path());
-                out.insert(rel, (Vec::new(), meta.permissions().mode()));
-            } else {
-                out.insert(
-                    rel,
-                    (std::fs::read(e.path()).unwrap(), meta.permissions().mode()),
-                );
-            }
-        }
-    }
-    out
-}
-
-/// Run `cmd`, killing it and failing the test if it outlives [`HARNESS`].
-fn run_bounded(mut cmd: Command) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the command runs");
-    let started = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if started.elapsed() > HARNESS {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!(
-                "still running after {HARNESS:?}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// `podman ARGS`, which must succeed.
 fn podman(args: &[&str]) -> String {
     let mut cmd = Command::new("podman");
@@ -209,44 +157,19 @@ fn processes_with(marker: &str) -> Vec<u32> {
     found
 }
 
+impl ServerCli for Env {
+    fn server(&self) -> Server<'_> {
+        Server {
+            ws: &self.server_ws,
+            state: &self.server_state,
+            home: &self.home,
+            catalog: &self.catalog,
+            base: &self.base,
+        }
+    }
+}
+
 impl Env {
-    fn cli(&self, args: &[&str]) -> Output {
-        let mut cmd = Command::new(toolyard_bin());
-        cmd.args(args)
-            .arg("-w")
-            .arg(&self.server_ws)
-            .current_dir(&self.base)
-            .env("TOOLYARD_STATE_DIR", &self.server_state)
-            .env("HOME", &self.home)
-            .env("TOOLYARD_CATALOG", &self.catalog);
-        run_bounded(cmd)
-    }
-
-    /// `toolyard call TOOL ARGS --json` in `session`.
-    fn call(&self, session: &str, tool: &str, args: Value) -> Value {
-        let o = self.cli(&[
-            "call",
-            tool,
-            &args.to_string(),
-            "--json",
-            "--session",
-            session,
-        ]);
-        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-            panic!(
-                "not JSON ({e}): {}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            )
-        })
-    }
-
-    fn ok(&self, session: &str, tool: &str, args: Value) -> String {
-        let v = self.call(session, tool, args);
-        assert_eq!(v["success"], true, "{tool}: {v}");
-        v["output"].as_str().unwrap_or_default().to_string()
-    }
-
     /// A dispatcher in this process whose runners are `podman exec -i` into the pod.
     fn dispatcher(&self) -> Arc<Dispatcher> {
         let mut config = DispatcherConfig::new(&self.server_ws);

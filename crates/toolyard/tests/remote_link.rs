@@ -4,26 +4,18 @@
 //! untouched. Fake runners (shell scripts) play a runner of another protocol version and one
 //! that stops answering pings.
 
-use std::collections::BTreeMap;
+mod server_side;
+
 use std::io::{BufRead, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use server_side::{HARNESS, Server, ServerCli, run_bounded, snapshot, toolyard_bin};
 use toolyard_core::{Catalog, Lane};
 use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
-
-fn toolyard_bin() -> PathBuf {
-    std::env::var_os("TOOLYARD_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_toolyard")))
-}
-
-/// A generous bound for the test harness itself, far under the 60 s of the command the link
-/// test kills: a hang fails the test instead of stalling the suite.
-const HARNESS: Duration = Duration::from_secs(40);
 
 struct Env {
     _t: tempfile::TempDir,
@@ -103,87 +95,19 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
-/// Every file under `dir` with its bytes and mode.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (Vec<u8>, u32)> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let meta = e.metadata().unwrap();
-            let rel = e.path().strip_prefix(dir).unwrap().to_path_buf();
-            if meta.is_dir() {
-                stack.push(e.path());
-                out.insert(rel, (Vec::new(), meta.permissions().mode()));
-            } else {
-                let bytes = std::fs::read(e.path()).unwrap();
-                out.insert(rel, (bytes, meta.permissions().mode()));
-            }
+impl ServerCli for Env {
+    fn server(&self) -> Server<'_> {
+        Server {
+            ws: &self.server_ws,
+            state: &self.server_state,
+            home: &self.home,
+            catalog: &self.catalog,
+            base: &self.base,
         }
-    }
-    out
-}
-
-/// Run `cmd`, killing it and failing the test if it outlives [`HARNESS`].
-fn run_bounded(mut cmd: Command) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("toolyard runs");
-    let started = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if started.elapsed() > HARNESS {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!(
-                "still running after {HARNESS:?}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 impl Env {
-    fn cli(&self, args: &[&str]) -> Output {
-        let mut cmd = Command::new(toolyard_bin());
-        cmd.args(args)
-            .arg("-w")
-            .arg(&self.server_ws)
-            .current_dir(&self.base)
-            .env("TOOLYARD_STATE_DIR", &self.server_state)
-            .env("HOME", &self.home)
-            .env("TOOLYARD_CATALOG", &self.catalog);
-        run_bounded(cmd)
-    }
-
-    fn call(&self, session: &str, tool: &str, args: Value) -> Value {
-        let o = self.cli(&[
-            "call",
-            tool,
-            &args.to_string(),
-            "--json",
-            "--session",
-            session,
-        ]);
-        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-            panic!(
-                "not JSON ({e}): {}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            )
-        })
-    }
-
-    fn ok(&self, session: &str, tool: &str, args: Value) -> String {
-        let v = self.call(session, tool, args);
-        assert_eq!(v["success"], true, "{tool}: {v}");
-        v["output"].as_str().unwrap_or_default().to_string()
-    }
-
     /// The wrapper's log: (pid, lane, session token) per runner started.
     fn links(&self) -> Vec<(u32, String, String)> {
         let Ok(text) = std::fs::read_to_string(&self.log) else {
