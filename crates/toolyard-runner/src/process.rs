@@ -325,6 +325,54 @@ impl RemoteRecords {
         })
     }
 
+    /// Ask for an undo; its outcomes.
+    async fn ask_undone(
+        &self,
+        op: RecordOp,
+    ) -> Result<Vec<toolyard_workspace::UndoOutcome>, ToolError> {
+        match self.ask_reply(op).await? {
+            Reply::Undone(out) => Ok(out),
+            Reply::Err(e) => Err(e),
+            Reply::Ok(_) => Err(ToolError::Io(
+                "the router answered an undo without its outcome".into(),
+            )),
+        }
+    }
+
+    /// Journal `path` before it changes (`new_hash`) or is removed (`None`), joining `group`,
+    /// with its previous content when the router cannot read this workspace.
+    async fn begin(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+        new_hash: Option<&str>,
+        group: Option<i64>,
+    ) -> Result<i64, ToolError> {
+        let pre = match (self.pre_images.load(Ordering::SeqCst), self.workspace.get()) {
+            (true, Some(ws)) => Some(pre_image(ws, path)?),
+            (true, None) => {
+                return Err(ToolError::Unavailable(
+                    "the runner's workspace is not open yet".into(),
+                ));
+            }
+            (false, _) => None,
+        };
+        self.ask(RecordOp::JournalBegin {
+            session: session.into(),
+            call_id: call_id.into(),
+            tool: tool.into(),
+            path: path.as_str().into(),
+            new_hash: new_hash.unwrap_or_default().into(),
+            pre,
+            group,
+            removal: new_hash.is_none(),
+        })
+        .await?
+        .ok_or_else(|| ToolError::Io("the router returned no change id".into()))
+    }
+
     async fn answer(&self, rid: u64, reply: Reply) {
         if let Some(tx) = self.waiting.lock().await.remove(&rid) {
             let _ = tx.send(reply);
@@ -387,25 +435,46 @@ impl Records for RemoteRecords {
         path: &RelPath,
         new_hash: &str,
     ) -> Result<i64, ToolError> {
-        let pre = match (self.pre_images.load(Ordering::SeqCst), self.workspace.get()) {
-            (true, Some(ws)) => Some(pre_image(ws, path)?),
-            (true, None) => {
-                return Err(ToolError::Unavailable(
-                    "the runner's workspace is not open yet".into(),
-                ));
-            }
-            (false, _) => None,
-        };
-        self.ask(RecordOp::JournalBegin {
+        self.begin(session, call_id, tool, path, Some(new_hash), None)
+            .await
+    }
+
+    async fn journal_begin_grouped(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+        new_hash: &str,
+        group: Option<i64>,
+    ) -> Result<i64, ToolError> {
+        self.begin(session, call_id, tool, path, Some(new_hash), group)
+            .await
+    }
+
+    async fn journal_begin_removal(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+        group: Option<i64>,
+    ) -> Result<i64, ToolError> {
+        self.begin(session, call_id, tool, path, None, group).await
+    }
+
+    async fn roll_back_call(
+        &self,
+        session: &str,
+        call_id: &str,
+        first: i64,
+    ) -> Result<Vec<toolyard_workspace::UndoOutcome>, ToolError> {
+        let op = RecordOp::RollBack {
             session: session.into(),
             call_id: call_id.into(),
-            tool: tool.into(),
-            path: path.as_str().into(),
-            new_hash: new_hash.into(),
-            pre,
-        })
-        .await?
-        .ok_or_else(|| ToolError::Io("the router returned no change id".into()))
+            first,
+        };
+        self.ask_undone(op).await
     }
 
     async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError> {
@@ -425,13 +494,7 @@ impl Records for RemoteRecords {
             call_id: call_id.into(),
             path: path.as_str().into(),
         };
-        match self.ask_reply(op).await? {
-            Reply::Undone(out) => Ok(out),
-            Reply::Err(e) => Err(e),
-            Reply::Ok(_) => Err(ToolError::Io(
-                "the router answered an undo without its outcome".into(),
-            )),
-        }
+        self.ask_undone(op).await
     }
 }
 

@@ -239,6 +239,13 @@ pub enum RecordOp {
         /// The file's content before the change, when the router asked for pre-images.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pre: Option<PreImageWire>,
+        /// The first change of the same call, for a call that changes several files: the
+        /// change joins its journal group (undone together).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<i64>,
+        /// The change removes the file (`new_hash` is then ignored).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        removal: bool,
     },
     /// The journaled change landed or not.
     JournalEnd {
@@ -246,6 +253,17 @@ pub enum RecordOp {
         change: i64,
         /// Whether it landed.
         done: bool,
+    },
+    /// Undo the changes a call made so far, the journal group of its first change (a call
+    /// that changes several files and fails part way): the server plans it from the journal
+    /// and restores each file with a `restore` job.
+    RollBack {
+        /// Session.
+        session: String,
+        /// The call whose changes are undone (the undos' own journal entries too).
+        call_id: String,
+        /// The call's first change.
+        first: i64,
     },
     /// Undo the session's last change of the path (anthropic's `undo_edit`): the server plans
     /// it from the journal and restores the file with a `restore` job.

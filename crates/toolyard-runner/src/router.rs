@@ -758,6 +758,7 @@ fn claim_is_owned(
         | RecordOp::CheckWrite { session, .. }
         | RecordOp::RecordWrite { session, .. }
         | RecordOp::JournalBegin { session, .. }
+        | RecordOp::RollBack { session, .. }
         | RecordOp::UndoLast { session, .. } => session,
         RecordOp::JournalEnd { change, .. } => {
             let owned = begun.lock().map(|mut b| b.remove(change)).unwrap_or(false);
@@ -788,22 +789,26 @@ fn claim_is_owned(
 /// Carry out a runner's records request with the server's own records. `remote`: the
 /// runner's workspace is not on this disk, so a journal request must bring its pre-image.
 async fn apply(records: &dyn Records, op: RecordOp, remote: bool) -> Reply {
-    if let RecordOp::UndoLast {
-        session,
-        call_id,
-        path,
-    } = &op
-    {
-        let undone = match relative(path) {
+    let undone = match &op {
+        RecordOp::UndoLast {
+            session,
+            call_id,
+            path,
+        } => match relative(path) {
             Ok(rel) => records.undo_last_of_path(session, call_id, &rel).await,
             Err(e) => Err(e),
-        };
-        return match undone {
-            Ok(out) => Reply::Undone(out),
-            Err(e) => Reply::Err(e),
-        };
+        },
+        RecordOp::RollBack {
+            session,
+            call_id,
+            first,
+        } => records.roll_back_call(session, call_id, *first).await,
+        _ => return Reply::from_result(apply_record(records, op, remote).await),
+    };
+    match undone {
+        Ok(out) => Reply::Undone(out),
+        Err(e) => Reply::Err(e),
     }
-    Reply::from_result(apply_record(records, op, remote).await)
 }
 
 /// `p` as a workspace-relative path, refused unless it is one.
@@ -855,26 +860,35 @@ async fn apply_record(
             path,
             new_hash,
             pre,
+            group,
+            removal,
         } => {
             let rel = rel(&path)?;
-            match pre {
-                Some(pre) => {
+            let new_hash = (!removal).then_some(new_hash.as_str());
+            match (pre, new_hash) {
+                (Some(pre), _) => {
                     let content = pre.decode(&path)?;
                     let image = PreImage {
                         content: content.as_deref(),
                         mode: pre.mode,
                     };
                     records
-                        .journal_begin_preimage(&session, &call_id, &tool, &rel, &new_hash, image)
+                        .journal_begin_preimage(
+                            &session, &call_id, &tool, &rel, new_hash, group, image,
+                        )
                         .await
                         .map(Some)
                 }
                 // Never read this disk for a remote runner's file.
-                None if remote => Err(ToolError::Unavailable(format!(
+                (None, _) if remote => Err(ToolError::Unavailable(format!(
                     "the runner sent no previous content of {path} to journal, so nothing was written; the runner is older than this server: install the same toolyard release on both sides"
                 ))),
-                None => records
-                    .journal_begin(&session, &call_id, &tool, &rel, &new_hash)
+                (None, Some(new_hash)) => records
+                    .journal_begin_grouped(&session, &call_id, &tool, &rel, new_hash, group)
+                    .await
+                    .map(Some),
+                (None, None) => records
+                    .journal_begin_removal(&session, &call_id, &tool, &rel, group)
                     .await
                     .map(Some),
             }
@@ -882,8 +896,8 @@ async fn apply_record(
         RecordOp::JournalEnd { change, done } => {
             records.journal_end(change, done).await.map(|_| None)
         }
-        RecordOp::UndoLast { .. } => {
-            Err(ToolError::Io("internal: undo_last in apply_record".into()))
+        RecordOp::UndoLast { .. } | RecordOp::RollBack { .. } => {
+            Err(ToolError::Io("internal: an undo in apply_record".into()))
         }
     }
 }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use toolyard_core::{ToolContext, ToolError};
-use toolyard_workspace::{ChangeId, Expect, RelPath, hash_bytes};
+use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use crate::ToolEnv;
 use crate::files::{commit_write_in, nearest_windows, reindent_like};
@@ -820,24 +820,13 @@ async fn commit_remove(
 
 /// Undo the changes this call made so far (the journal group of its first change `first`);
 /// returns why they could not be, if so.
-fn roll_back(env: &ToolEnv, ctx: &ToolContext, first: i64) -> Option<String> {
-    let Some(local) = &env.local else {
-        return Some("no journal in this process".into());
-    };
-    match local.journal.undo_group(
-        &env.workspace,
-        ChangeId(first),
-        &ctx.session_id,
-        &ctx.call_id,
-        false,
-    ) {
-        Ok(undone) => {
-            for out in undone {
-                let rel = RelPath::from_normalized(&out.path);
-                local.set_view(&ctx.session_id, &rel, out.new_hash.as_deref());
-            }
-            None
-        }
+async fn roll_back(env: &ToolEnv, ctx: &ToolContext, first: i64) -> Option<String> {
+    match env
+        .records
+        .roll_back_call(&ctx.session_id, &ctx.call_id, first)
+        .await
+    {
+        Ok(_) => None,
         Err(e) => {
             tracing::warn!(error = %e, "could not roll back a patch's changes");
             Some(e.to_string())
@@ -889,7 +878,7 @@ pub async fn apply(
     let Some(first) = group.filter(|_| !changed.is_empty()) else {
         return Err(e);
     };
-    let outcome = match roll_back(env, ctx, first) {
+    let outcome = match roll_back(env, ctx, first).await {
         None => "The files it had already changed were restored, so the workspace is as before"
             .to_string(),
         Some(why) => format!(

@@ -48,15 +48,18 @@ pub trait Records: Send + Sync {
     ) -> Result<i64, ToolError>;
     /// The journaled change landed (`done`) or did not happen.
     async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError>;
-    /// Like [`Records::journal_begin`], with the previous content `pre` as a remote runner read
-    /// it (its workspace is not on this disk). Only the server keeps it: elsewhere refused.
+    /// Like [`Records::journal_begin_grouped`] (or, when `new_hash` is `None`,
+    /// [`Records::journal_begin_removal`]), with the previous content `pre` as a remote runner
+    /// read it (its workspace is not on this disk). Only the server keeps it: elsewhere refused.
+    #[allow(clippy::too_many_arguments)]
     async fn journal_begin_preimage(
         &self,
         _session: &str,
         _call_id: &str,
         _tool: &str,
         path: &RelPath,
-        _new_hash: &str,
+        _new_hash: Option<&str>,
+        _group: Option<i64>,
         _pre: PreImage<'_>,
     ) -> Result<i64, ToolError> {
         Err(ToolError::Unavailable(format!(
@@ -96,6 +99,19 @@ pub trait Records: Send + Sync {
     ) -> Result<i64, ToolError> {
         Err(ToolError::Unavailable(format!(
             "cannot remove {path} here: file removals are journaled only in the server process"
+        )))
+    }
+    /// Undo the changes call `call_id` of `session` made so far, the journal group of its first
+    /// change `first`: a call that changes several files and fails part way puts back the
+    /// files it already changed. Only the server keeps the journal: a runner asks it.
+    async fn roll_back_call(
+        &self,
+        _session: &str,
+        _call_id: &str,
+        first: i64,
+    ) -> Result<Vec<UndoOutcome>, ToolError> {
+        Err(ToolError::Unavailable(format!(
+            "cannot roll back change {first} here: only the server keeps the journal"
         )))
     }
     /// Undo `session`'s last change of `path` that is not undone (anthropic's `undo_edit`),
@@ -216,6 +232,30 @@ impl LocalRecords {
         }
     }
 
+    /// `group` as a journal group a change of `session`'s call `call_id` may join: its first
+    /// change must be one of that same call (a runner's request names the group, and may only
+    /// name its own).
+    fn own_group(
+        &self,
+        session: &str,
+        call_id: &str,
+        group: Option<i64>,
+    ) -> Result<Option<ChangeId>, ToolError> {
+        let Some(first) = group.map(ChangeId) else {
+            return Ok(None);
+        };
+        let change = self.journal.get(first)?;
+        if change.session != session || change.call_id != call_id {
+            return Err(ToolError::Blocked {
+                rule: "journal groups".into(),
+                reason: format!(
+                    "change {first} is not a change of call {call_id}; a call may only group its own changes"
+                ),
+            });
+        }
+        Ok(Some(first))
+    }
+
     /// After an undo: the session's view of `path` is `hash`, or nothing when it was removed.
     pub fn set_view(&self, session: &str, path: &RelPath, hash: Option<&str>) {
         self.note(session, path, hash, Via::Write);
@@ -302,6 +342,7 @@ impl Records for LocalRecords {
         new_hash: &str,
         group: Option<i64>,
     ) -> Result<i64, ToolError> {
+        let group = self.own_group(session, call_id, group)?;
         let id = self.journal.record(
             &self.workspace,
             NewChange {
@@ -310,7 +351,7 @@ impl Records for LocalRecords {
                 tool,
                 path,
                 new_hash,
-                group: group.map(ChangeId),
+                group,
             },
         )?;
         Ok(id.0)
@@ -322,18 +363,28 @@ impl Records for LocalRecords {
         call_id: &str,
         tool: &str,
         path: &RelPath,
-        new_hash: &str,
+        new_hash: Option<&str>,
+        group: Option<i64>,
         pre: PreImage<'_>,
     ) -> Result<i64, ToolError> {
-        let change = NewChange {
-            session,
-            call_id,
-            tool,
-            path,
-            new_hash,
-            group: None,
+        let group = self.own_group(session, call_id, group)?;
+        let id = match new_hash {
+            Some(new_hash) => {
+                let change = NewChange {
+                    session,
+                    call_id,
+                    tool,
+                    path,
+                    new_hash,
+                    group,
+                };
+                self.journal.record_preimage(change, &pre)?
+            }
+            None => self
+                .journal
+                .record_removal_preimage(session, call_id, tool, path, group, &pre)?,
         };
-        Ok(self.journal.record_preimage(change, &pre)?.0)
+        Ok(id.0)
     }
 
     async fn journal_begin_removal(
@@ -344,15 +395,23 @@ impl Records for LocalRecords {
         path: &RelPath,
         group: Option<i64>,
     ) -> Result<i64, ToolError> {
-        let id = self.journal.record_removal(
-            &self.workspace,
-            session,
-            call_id,
-            tool,
-            path,
-            group.map(ChangeId),
-        )?;
+        let group = self.own_group(session, call_id, group)?;
+        let id =
+            self.journal
+                .record_removal(&self.workspace, session, call_id, tool, path, group)?;
         Ok(id.0)
+    }
+
+    async fn roll_back_call(
+        &self,
+        session: &str,
+        call_id: &str,
+        first: i64,
+    ) -> Result<Vec<UndoOutcome>, ToolError> {
+        let first = self
+            .own_group(session, call_id, Some(first))?
+            .unwrap_or(ChangeId(first));
+        crate::undo::undo_change(self, first, session, call_id, false).await
     }
 
     async fn undo_last_of_path(

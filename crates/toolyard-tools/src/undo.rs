@@ -8,9 +8,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
-use toolyard_workspace::{ChangeId, PreImage, RelPath, UndoOutcome};
+use toolyard_workspace::{Change, ChangeId, ChangeStatus, Journal, PreImage, RelPath, UndoOutcome};
 
 use crate::records::LocalRecords;
+use crate::remote::{FileState, RemoteFiles};
 
 /// Arguments of `undo`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -146,15 +147,7 @@ pub async fn undo_change(
             .journal
             .undo_group(&records.workspace, id, session, call_id, force)?,
         Some(remote) => {
-            let members = records.journal.group_of(id)?;
-            if members.len() > 1 {
-                return Err(ToolError::Unavailable(format!(
-                    "change {id} is one of {} changes one {} call made together, and undoing such a group on a remote runner is not supported yet; restore the files with write_file or edit_file (`toolyard log` lists the changes)",
-                    members.len(),
-                    members[0].tool
-                )));
-            }
-            vec![undo_remote(records, remote.as_ref(), id, session, call_id, force).await?]
+            undo_group_remote(records, remote.as_ref(), id, session, call_id, force).await?
         }
     };
     for out in &undone {
@@ -164,28 +157,161 @@ pub async fn undo_change(
     Ok(undone)
 }
 
-/// [`undo_change`] for a remote runner's file: read its current state there, check it as a
-/// local undo does, journal the undo with that content (committed), then restore under a
-/// compare-and-swap on it. The runner of the change's own session holds the file.
-async fn undo_remote(
-    records: &LocalRecords,
-    remote: &dyn crate::remote::RemoteFiles,
-    id: ChangeId,
-    session: &str,
-    call_id: &str,
+/// A change checked for undoing on the remote runner, with what its file holds there now.
+struct Checked {
+    target: Change,
+    now: FileState,
+    current: Option<String>,
+    forced: bool,
+}
+
+/// Whether `target` can be undone now, as [`toolyard_workspace::Journal::undo_check`] decides
+/// from the file's state on the runner of the change's own session.
+async fn check_remote(
+    journal: &Journal,
+    remote: &dyn RemoteFiles,
+    target: Change,
     force: bool,
-) -> Result<UndoOutcome, ToolError> {
-    let journal = &records.journal;
-    let target = journal.get(id)?;
+) -> Result<Checked, ToolError> {
     // Refuse what the journal alone refuses before asking the runner anything.
-    if target.status != toolyard_workspace::ChangeStatus::Done
-        || (target.undone_by.is_some() && !force)
-    {
+    if target.status != ChangeStatus::Done || (target.undone_by.is_some() && !force) {
         journal.undo_check(&target, target.new_hash.as_deref(), force)?;
     }
     let now = remote.read_state(&target.session, &target.path).await?;
     let current = now.content.as_deref().map(toolyard_workspace::hash_bytes);
     let forced = journal.undo_check(&target, current.as_deref(), force)?;
+    Ok(Checked {
+        target,
+        now,
+        current,
+        forced,
+    })
+}
+
+/// [`undo_change`] for a remote runner's files, as [`toolyard_workspace::Journal::undo_group`]
+/// does on this disk: every change of the group checked first (all or none), then each undone
+/// under a compare-and-swap on the runner; if one fails, the files already restored are put
+/// back. The undos form a group of their own, so undoing one redoes them all.
+async fn undo_group_remote(
+    records: &LocalRecords,
+    remote: &dyn RemoteFiles,
+    id: ChangeId,
+    session: &str,
+    call_id: &str,
+    force: bool,
+) -> Result<Vec<UndoOutcome>, ToolError> {
+    let journal = &records.journal;
+    let members = journal.group_of(id)?;
+    let count = members.len();
+    if count <= 1 {
+        let target = journal.get(id)?;
+        let checked = check_remote(journal, remote, target, force).await?;
+        return Ok(vec![
+            restore_remote(journal, remote, checked, session, call_id, None).await?,
+        ]);
+    }
+    let tool = members[0].tool.clone();
+    let names: Vec<String> = members.iter().map(|m| m.path.clone()).collect();
+    let whole = |e: ToolError| match e {
+        ToolError::Conflict(m) => ToolError::Conflict(format!(
+            "{m}. Change {id} is one of the {count} changes one {tool} call made together ({}); they are undone together, so nothing was undone",
+            names.join(", ")
+        )),
+        other => other,
+    };
+    let mut checked = Vec::with_capacity(count);
+    for m in members {
+        if m.status == ChangeStatus::Failed {
+            continue;
+        }
+        checked.push(
+            check_remote(journal, remote, m, force)
+                .await
+                .map_err(whole)?,
+        );
+    }
+    if checked.is_empty() {
+        return Err(ToolError::Conflict(format!(
+            "change {id} and its group failed: their writes never happened, so there is nothing to undo"
+        )));
+    }
+    let mut done: Vec<UndoOutcome> = Vec::with_capacity(checked.len());
+    let mut first: Option<ChangeId> = None;
+    for c in checked {
+        let shown = c.target.path.clone();
+        match restore_remote(journal, remote, c, session, call_id, first).await {
+            Ok(out) => {
+                first.get_or_insert(out.undo);
+                done.push(out);
+            }
+            Err(e) => {
+                let left = put_back_remote(journal, remote, &done, session, call_id).await;
+                let outcome = if left.is_empty() {
+                    "the files already restored were put back, so nothing changed".to_string()
+                } else {
+                    format!(
+                        "putting back the files already restored failed for {}; see `toolyard log`",
+                        left.join(", ")
+                    )
+                };
+                return Err(ToolError::Conflict(format!(
+                    "undoing change {id} stopped at {shown}: {e}; {outcome}"
+                )));
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Revert the undos in `done` (newest first) on the runner; returns the paths that could not
+/// be.
+async fn put_back_remote(
+    journal: &Journal,
+    remote: &dyn RemoteFiles,
+    done: &[UndoOutcome],
+    session: &str,
+    call_id: &str,
+) -> Vec<String> {
+    let mut left = Vec::new();
+    let mut first = None;
+    for out in done.iter().rev() {
+        let again = match journal.get(out.undo) {
+            Ok(target) => match check_remote(journal, remote, target, false).await {
+                Ok(c) => restore_remote(journal, remote, c, session, call_id, first).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        match again {
+            Ok(o) => {
+                first.get_or_insert(o.undo);
+            }
+            Err(e) => {
+                tracing::warn!(change = %out.undo, error = %e, "could not put back a file of a failed group undo on the remote runner");
+                left.push(out.path.clone());
+            }
+        }
+    }
+    left
+}
+
+/// Undo the checked change on the runner: journal the undo with the file's current content
+/// (committed, joining `group`), then restore under a compare-and-swap on it.
+async fn restore_remote(
+    journal: &Journal,
+    remote: &dyn RemoteFiles,
+    checked: Checked,
+    session: &str,
+    call_id: &str,
+    group: Option<ChangeId>,
+) -> Result<UndoOutcome, ToolError> {
+    let Checked {
+        target,
+        now,
+        current,
+        forced,
+    } = checked;
+    let id = target.id;
     let old = match journal.old_content(id)? {
         Some(reader) => {
             use std::io::Read;
@@ -208,7 +334,7 @@ async fn undo_remote(
         content: now.content.as_deref(),
         mode: now.mode,
     };
-    let undo = journal.record_undo_preimage(&target, session, call_id, &pre)?;
+    let undo = journal.record_undo_preimage(&target, session, call_id, group, &pre)?;
     let bytes = old.as_ref().map_or(0, |b| b.len() as u64);
     let removed = old.is_none();
     let restored = remote

@@ -370,3 +370,70 @@ async fn a_one_line_miss_names_the_nearest_line() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn a_change_may_join_and_roll_back_only_its_own_call_s_group() {
+    // A runner's records requests name a group by change id: one of another call (or another
+    // session) is refused, so a runner cannot tie its change to, or roll back, someone else's.
+    let f = Fixture::new(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
+    let hunks = patch::parse_patch(
+        "*** Begin Patch\n*** Update File: a.txt\n@@\n-a\n+A\n*** Update File: b.txt\n@@\n-b\n+B\n*** End Patch",
+    )
+    .unwrap();
+    let plan = patch::plan(&f.env, &f.ws, &hunks).unwrap();
+    patch::apply(&f.env, &f.ctx("call-a"), &plan).await.unwrap();
+    let first = f
+        .env
+        .local
+        .as_ref()
+        .unwrap()
+        .journal
+        .last_of_session("s1")
+        .unwrap()
+        .unwrap()
+        .group
+        .unwrap()
+        .0;
+    let rel = toolyard_workspace::RelPath::from_normalized("b.txt");
+    let refused = |r: Result<i64, ToolError>| {
+        let e = r.unwrap_err();
+        assert!(matches!(e, ToolError::Blocked { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("a call may only group its own changes"),
+            "{e}"
+        );
+    };
+    let records = &f.env.records;
+    refused(
+        records
+            .journal_begin_grouped("s1", "call-b", "apply_patch", &rel, "h", Some(first))
+            .await,
+    );
+    refused(
+        records
+            .journal_begin_removal("s2", "call-a", "apply_patch", &rel, Some(first))
+            .await,
+    );
+    let pre = toolyard_workspace::PreImage {
+        content: Some(b"B\n"),
+        mode: Some(0o644),
+    };
+    refused(
+        records
+            .journal_begin_preimage("s1", "call-b", "apply_patch", &rel, None, Some(first), pre)
+            .await,
+    );
+    let e = records
+        .roll_back_call("s1", "call-b", first)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ToolError::Blocked { .. }), "{e}");
+    assert_eq!(f.read("a.txt").unwrap(), "A\n");
+    assert_eq!(f.read("b.txt").unwrap(), "B\n");
+    // Its own call may.
+    let undone = records.roll_back_call("s1", "call-a", first).await.unwrap();
+    assert_eq!(undone.len(), 2);
+    assert_eq!(f.read("a.txt").unwrap(), "a\n");
+    assert_eq!(f.read("b.txt").unwrap(), "b\n");
+}

@@ -382,19 +382,52 @@ impl Journal {
         change: NewChange<'_>,
         pre: &PreImage<'_>,
     ) -> Result<ChangeId, ToolError> {
-        let p = Pending {
-            session: change.session,
-            call_id: change.call_id,
-            tool: change.tool,
-            path: change.path,
-            new_hash: Some(change.new_hash),
-            undoes: None,
-            group: change.group,
-        };
+        self.insert_preimage(
+            Pending {
+                session: change.session,
+                call_id: change.call_id,
+                tool: change.tool,
+                path: change.path,
+                new_hash: Some(change.new_hash),
+                undoes: None,
+                group: change.group,
+            },
+            pre,
+        )
+    }
+
+    /// Like [`Journal::record_removal`], with the previous content given as in
+    /// [`Journal::record_preimage`].
+    pub fn record_removal_preimage(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+        group: Option<ChangeId>,
+        pre: &PreImage<'_>,
+    ) -> Result<ChangeId, ToolError> {
+        self.insert_preimage(
+            Pending {
+                session,
+                call_id,
+                tool,
+                path,
+                new_hash: None,
+                undoes: None,
+                group,
+            },
+            pre,
+        )
+    }
+
+    /// Record `p` with the previous content `pre` another process read, and commit.
+    fn insert_preimage(&self, p: Pending<'_>, pre: &PreImage<'_>) -> Result<ChangeId, ToolError> {
+        let path = p.path.to_string();
         let mut bytes = pre.content;
         let content = bytes.as_mut().map(|b| b as &mut dyn Read);
         let rec = self.insert_pending(p, content, pre.mode, &|e| {
-            ToolError::Io(format!("{}: {e}", change.path))
+            ToolError::Io(format!("{path}: {e}"))
         })?;
         Ok(rec.id)
     }
@@ -870,30 +903,29 @@ impl Journal {
 
     /// Record the undo of `target` as a pending change whose previous content `pre` another
     /// process read (a remote runner), and commit; the runner restores the file only then, and
-    /// [`Journal::mark_done`] links the undo. Check with [`Journal::undo_check`] first.
+    /// [`Journal::mark_done`] links the undo. Check with [`Journal::undo_check`] first. The
+    /// undo joins `group` (the first undo of the same group undo), as in [`Journal::undo_group`].
     pub fn record_undo_preimage(
         &self,
         target: &Change,
         session: &str,
         call_id: &str,
+        group: Option<ChangeId>,
         pre: &PreImage<'_>,
     ) -> Result<ChangeId, ToolError> {
         let path = RelPath::from_normalized(&target.path);
-        let p = Pending {
-            session,
-            call_id,
-            tool: UNDO_TOOL,
-            path: &path,
-            new_hash: target.old_hash.as_deref(),
-            undoes: Some(target.id),
-            group: None,
-        };
-        let mut bytes = pre.content;
-        let content = bytes.as_mut().map(|b| b as &mut dyn Read);
-        let rec = self.insert_pending(p, content, pre.mode, &|e| {
-            ToolError::Io(format!("{}: {e}", target.path))
-        })?;
-        Ok(rec.id)
+        self.insert_preimage(
+            Pending {
+                session,
+                call_id,
+                tool: UNDO_TOOL,
+                path: &path,
+                new_hash: target.old_hash.as_deref(),
+                undoes: Some(target.id),
+                group,
+            },
+            pre,
+        )
     }
 
     /// Take the journal's owner lock as [`Journal::recover`] does, without looking at any

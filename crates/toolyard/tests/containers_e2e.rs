@@ -371,6 +371,37 @@ fn the_journal_keeps_exact_pre_images_of_awkward_files_changed_in_the_pod() {
     assert_eq!(snapshot(&e.server_ws), before);
 }
 
+#[test]
+fn a_patch_in_the_pod_is_journaled_as_one_group_and_one_undo_reverts_it() {
+    let Some(e) = env(&[("a.txt", b"one\n"), ("gone.txt", b"bye\n")]) else {
+        return;
+    };
+    let before = snapshot(&e.server_ws);
+    let args = json!({"input": "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+two\n*** Add File: sub/new.txt\n+made in the pod\n*** Delete File: gone.txt\n*** End Patch"});
+    let o = e.cli(&[
+        "call",
+        "apply_patch",
+        &args.to_string(),
+        "--dialect",
+        "codex",
+        "--json",
+        "--session",
+        "s",
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["success"], true, "{v}");
+    assert_eq!(e.pod_file("a.txt"), b"two\n");
+    assert_eq!(e.pod_file("sub/new.txt"), b"made in the pod\n");
+    assert!(!e.pod.ws.join("gone.txt").exists());
+
+    let out = e.ok("s", "undo", json!({}));
+    assert!(out.contains("2 other changes"), "{out}");
+    assert_eq!(e.pod_file("a.txt"), b"one\n");
+    assert_eq!(e.pod_file("gone.txt"), b"bye\n");
+    assert!(!e.pod.ws.join("sub/new.txt").exists());
+    assert_eq!(snapshot(&e.server_ws), before);
+}
+
 /// A TCP server on the host's 127.0.0.1 that counts the connections it accepts.
 fn host_listener() -> (u16, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

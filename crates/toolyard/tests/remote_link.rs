@@ -345,6 +345,169 @@ fn undo_is_refused_when_the_runner_s_file_changed_since_and_nothing_is_written()
     assert_eq!(snapshot(&e.server_ws), before);
 }
 
+/// `toolyard call apply_patch` in the codex dialect, as JSON.
+fn patch(e: &Env, session: &str, input: &str) -> Value {
+    let args = json!({ "input": input }).to_string();
+    let o = e.cli(&[
+        "call",
+        "apply_patch",
+        &args,
+        "--dialect",
+        "codex",
+        "--json",
+        "--session",
+        session,
+    ]);
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|err| {
+        panic!(
+            "not JSON ({err}): {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+#[test]
+fn a_patch_on_a_remote_runner_is_one_journal_group_that_undo_and_redo_revert_together() {
+    let e = env();
+    let before = snapshot(&e.server_ws);
+    std::fs::write(e.runner_ws.join("gone.txt"), "to be deleted\n").unwrap();
+    std::fs::set_permissions(
+        e.runner_ws.join("gone.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let v = patch(
+        &e,
+        "s1",
+        "*** Begin Patch\n*** Update File: a.txt\n@@\n-remote one\n+remote patched\n*** Add File: new.txt\n+added\n*** Delete File: gone.txt\n*** End Patch",
+    );
+    assert_eq!(v["success"], true, "{v}");
+    let read = |n: &str| std::fs::read_to_string(e.runner_ws.join(n)).ok();
+    assert_eq!(read("a.txt").as_deref(), Some("remote patched\n"));
+    assert_eq!(read("new.txt").as_deref(), Some("added\n"));
+    assert_eq!(read("gone.txt"), None);
+
+    // The server's journal holds the three as one group, with the runner's previous bytes.
+    let changes = log(&e);
+    let patched: Vec<&Value> = changes
+        .iter()
+        .filter(|c| c["tool"] == "apply_patch")
+        .collect();
+    assert_eq!(patched.len(), 3, "{changes:?}");
+    let group = patched[0]["group"].clone();
+    assert!(group.is_i64(), "not grouped: {patched:?}");
+    assert!(
+        patched
+            .iter()
+            .all(|c| c["group"] == group && c["status"] == "done")
+    );
+    let removal = patched.iter().find(|c| c["path"] == "gone.txt").unwrap();
+    let journal = server_journal(&e);
+    let mut old = String::new();
+    std::io::Read::read_to_string(
+        &mut journal
+            .old_content(toolyard_workspace::ChangeId(
+                removal["id"].as_i64().unwrap(),
+            ))
+            .unwrap()
+            .unwrap(),
+        &mut old,
+    )
+    .unwrap();
+    assert_eq!(old, "to be deleted\n");
+
+    // One undo reverts all three on the runner, the deleted file with its bytes and mode.
+    let out = e.ok("s1", "undo", json!({}));
+    assert!(out.contains("2 other changes"), "{out}");
+    assert_eq!(read("a.txt").as_deref(), Some("remote one\n"));
+    assert_eq!(read("new.txt"), None);
+    assert_eq!(read("gone.txt").as_deref(), Some("to be deleted\n"));
+    assert_eq!(
+        std::fs::metadata(e.runner_ws.join("gone.txt"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    // Undoing one of its undos (so their group) redoes the whole patch.
+    let undo = log(&e).into_iter().find(|c| c["tool"] == "undo").unwrap();
+    let out = e.ok("s1", "undo", json!({"change_id": undo["id"]}));
+    assert!(out.contains("Redid"), "{out}");
+    assert_eq!(read("a.txt").as_deref(), Some("remote patched\n"));
+    assert_eq!(read("new.txt").as_deref(), Some("added\n"));
+    assert_eq!(read("gone.txt"), None);
+    assert_eq!(
+        snapshot(&e.server_ws),
+        before,
+        "the server's workspace changed"
+    );
+}
+
+#[test]
+fn a_group_undo_on_a_remote_runner_is_refused_whole_when_one_file_changed_since() {
+    let e = env();
+    std::fs::write(e.runner_ws.join("b.txt"), "bee\n").unwrap();
+    let v = patch(
+        &e,
+        "s1",
+        "*** Begin Patch\n*** Update File: a.txt\n@@\n-remote one\n+A\n*** Update File: b.txt\n@@\n-bee\n+B\n*** End Patch",
+    );
+    assert_eq!(v["success"], true, "{v}");
+    std::fs::write(e.runner_ws.join("b.txt"), "changed behind our back\n").unwrap();
+    let v = e.call("s1", "undo", json!({}));
+    assert_eq!(v["success"], false, "{v}");
+    let out = v["output"].as_str().unwrap();
+    assert!(
+        out.contains("b.txt changed since change") && out.contains("nothing was undone"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.runner_ws.join("a.txt")).unwrap(),
+        "A\n",
+        "one file of the group was undone alone"
+    );
+    assert!(
+        !log(&e).iter().any(|c| c["tool"] == "undo"),
+        "a refused undo journaled a change"
+    );
+}
+
+#[test]
+fn a_patch_that_fails_part_way_on_a_remote_runner_puts_back_what_it_changed() {
+    let e = env();
+    // A file over the 16 MiB a remote change ships to the journal: its removal is refused
+    // after the update before it landed, so the runner asks the server to roll that back.
+    let big = e.runner_ws.join("big.bin");
+    std::fs::write(&big, vec![b'x'; (16 << 20) + 1]).unwrap();
+    let v = patch(
+        &e,
+        "s1",
+        "*** Begin Patch\n*** Update File: a.txt\n@@\n-remote one\n+remote patched\n*** Delete File: big.bin\n*** End Patch",
+    );
+    assert_eq!(v["success"], false, "{v}");
+    let out = v["output"].as_str().unwrap();
+    assert!(out.contains("apply_patch stopped at big.bin"), "{out}");
+    assert!(
+        out.contains("restored, so the workspace is as before"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.runner_ws.join("a.txt")).unwrap(),
+        "remote one\n"
+    );
+    assert_eq!(std::fs::metadata(&big).unwrap().len(), (16 << 20) + 1);
+    // The journal shows the update and the undo that put it back.
+    let changes = log(&e);
+    let update = changes
+        .iter()
+        .find(|c| c["tool"] == "apply_patch" && c["path"] == "a.txt")
+        .unwrap();
+    assert_eq!(update["status"], "done");
+    assert!(update["undone_by"].is_i64(), "{update}");
+}
+
 #[test]
 fn anthropic_undo_edit_on_a_remote_runner_asks_the_server_s_journal() {
     let e = env();
