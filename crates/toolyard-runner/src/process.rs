@@ -18,7 +18,7 @@ use toolyard_core::{Catalog, Lane, Tool, ToolContext, ToolError, ToolResult};
 use toolyard_exec::sandbox::{self, LanePolicy, LanesConfig, SandboxConfig};
 use toolyard_tools::records::Records;
 use toolyard_tools::{Dialect, ToolEnv};
-use toolyard_workspace::{RelPath, StateDir, Workspace};
+use toolyard_workspace::{PreImage, RelPath, StateDir, Workspace};
 
 use crate::protocol::{
     FromRunner, Hello, INTERNAL_DIALECT, Job, LineReader, MAX_LINE_BYTES, MAX_PRE_IMAGE_BYTES,
@@ -427,18 +427,6 @@ impl Records for RemoteRecords {
         .map(drop)
     }
 
-    async fn journal_begin(
-        &self,
-        session: &str,
-        call_id: &str,
-        tool: &str,
-        path: &RelPath,
-        new_hash: &str,
-    ) -> Result<i64, ToolError> {
-        self.begin(session, call_id, tool, path, Some(new_hash), None)
-            .await
-    }
-
     async fn journal_begin_grouped(
         &self,
         session: &str,
@@ -450,6 +438,22 @@ impl Records for RemoteRecords {
     ) -> Result<i64, ToolError> {
         self.begin(session, call_id, tool, path, Some(new_hash), group)
             .await
+    }
+
+    async fn journal_begin_preimage(
+        &self,
+        _session: &str,
+        _call_id: &str,
+        _tool: &str,
+        path: &RelPath,
+        _new_hash: Option<&str>,
+        _group: Option<i64>,
+        _pre: PreImage<'_>,
+    ) -> Result<i64, ToolError> {
+        // A runner ships pre-images (see `begin`); it never keeps a journal itself.
+        Err(ToolError::Unavailable(format!(
+            "cannot journal {path} in a runner: only the server keeps the journal"
+        )))
     }
 
     async fn journal_begin_removal(

@@ -45,30 +45,13 @@ pub trait Records: Send + Sync {
         tool: &str,
         path: &RelPath,
         new_hash: &str,
-    ) -> Result<i64, ToolError>;
-    /// The journaled change landed (`done`) or did not happen.
-    async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError>;
-    /// Like [`Records::journal_begin_grouped`] (or, when `new_hash` is `None`,
-    /// [`Records::journal_begin_removal`]), with the previous content `pre` as a remote runner
-    /// read it (its workspace is not on this disk). Only the server keeps it: elsewhere refused.
-    #[allow(clippy::too_many_arguments)]
-    async fn journal_begin_preimage(
-        &self,
-        _session: &str,
-        _call_id: &str,
-        _tool: &str,
-        path: &RelPath,
-        _new_hash: Option<&str>,
-        _group: Option<i64>,
-        _pre: PreImage<'_>,
     ) -> Result<i64, ToolError> {
-        Err(ToolError::Unavailable(format!(
-            "cannot journal {path} here: only the server keeps the journal"
-        )))
+        self.journal_begin_grouped(session, call_id, tool, path, new_hash, None)
+            .await
     }
     /// Like [`Records::journal_begin`], the change joining the group of change `group` (the
-    /// first change of the same call), so they are undone together. Only the server keeps
-    /// groups: elsewhere a change that joins one is refused.
+    /// first change of the same call, which only that call may name), so they are undone
+    /// together.
     async fn journal_begin_grouped(
         &self,
         session: &str,
@@ -77,56 +60,51 @@ pub trait Records: Send + Sync {
         path: &RelPath,
         new_hash: &str,
         group: Option<i64>,
-    ) -> Result<i64, ToolError> {
-        if group.is_some() {
-            return Err(ToolError::Unavailable(format!(
-                "cannot change {path} here: a call that changes several files is journaled only in the server process"
-            )));
-        }
-        self.journal_begin(session, call_id, tool, path, new_hash)
-            .await
-    }
+    ) -> Result<i64, ToolError>;
     /// Journal the content of `path` before it is removed, joining `group` as in
-    /// [`Records::journal_begin_grouped`]; returns the change id. Only the server keeps the
-    /// journal's removals: elsewhere this is refused.
+    /// [`Records::journal_begin_grouped`]; returns the change id.
     async fn journal_begin_removal(
         &self,
-        _session: &str,
-        _call_id: &str,
-        _tool: &str,
+        session: &str,
+        call_id: &str,
+        tool: &str,
         path: &RelPath,
-        _group: Option<i64>,
-    ) -> Result<i64, ToolError> {
-        Err(ToolError::Unavailable(format!(
-            "cannot remove {path} here: file removals are journaled only in the server process"
-        )))
-    }
+        group: Option<i64>,
+    ) -> Result<i64, ToolError>;
+    /// Like [`Records::journal_begin_grouped`] (or, when `new_hash` is `None`,
+    /// [`Records::journal_begin_removal`]), with the previous content `pre` as a remote runner
+    /// read it (its workspace is not on this disk). Only the server keeps the journal.
+    #[allow(clippy::too_many_arguments)]
+    async fn journal_begin_preimage(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        path: &RelPath,
+        new_hash: Option<&str>,
+        group: Option<i64>,
+        pre: PreImage<'_>,
+    ) -> Result<i64, ToolError>;
+    /// The journaled change landed (`done`) or did not happen.
+    async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError>;
     /// Undo the changes call `call_id` of `session` made so far, the journal group of its first
     /// change `first`: a call that changes several files and fails part way puts back the
-    /// files it already changed. Only the server keeps the journal: a runner asks it.
+    /// files it already changed.
     async fn roll_back_call(
         &self,
-        _session: &str,
-        _call_id: &str,
+        session: &str,
+        call_id: &str,
         first: i64,
-    ) -> Result<Vec<UndoOutcome>, ToolError> {
-        Err(ToolError::Unavailable(format!(
-            "cannot roll back change {first} here: only the server keeps the journal"
-        )))
-    }
+    ) -> Result<Vec<UndoOutcome>, ToolError>;
     /// Undo `session`'s last change of `path` that is not undone (anthropic's `undo_edit`),
     /// with the other changes of its group, journaled as changes of `call_id`: the path's own
-    /// undo first. Only the server keeps the journal: a runner asks it.
+    /// undo first.
     async fn undo_last_of_path(
         &self,
-        _session: &str,
-        _call_id: &str,
+        session: &str,
+        call_id: &str,
         path: &RelPath,
-    ) -> Result<Vec<UndoOutcome>, ToolError> {
-        Err(ToolError::Unavailable(format!(
-            "cannot undo {path} here: only the server keeps the journal"
-        )))
-    }
+    ) -> Result<Vec<UndoOutcome>, ToolError>;
 }
 
 /// [`Records`] kept in this process: the read ledger in memory (written behind to the state
@@ -319,18 +297,6 @@ impl Records for LocalRecords {
     ) -> Result<(), ToolError> {
         self.note(session, path, Some(hash), Via::Write);
         Ok(())
-    }
-
-    async fn journal_begin(
-        &self,
-        session: &str,
-        call_id: &str,
-        tool: &str,
-        path: &RelPath,
-        new_hash: &str,
-    ) -> Result<i64, ToolError> {
-        self.journal_begin_grouped(session, call_id, tool, path, new_hash, None)
-            .await
     }
 
     async fn journal_begin_grouped(
