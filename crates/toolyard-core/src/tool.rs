@@ -212,6 +212,11 @@ pub trait Tool: Send + Sync {
     fn freeform(&self) -> Option<crate::schema::Freeform> {
         None
     }
+    /// The tool keeps a session's state in memory from one call to the next (a shell's working
+    /// directory), so a CLI call runs it where that memory lives on: the session host.
+    fn keeps_session_state(&self) -> bool {
+        false
+    }
     /// The Anthropic API built-in tool type it implements, for the Anthropic export.
     fn anthropic_type(&self) -> Option<&str> {
         None
@@ -276,6 +281,10 @@ pub trait TypedTool: Send + Sync + 'static {
     fn freeform(&self) -> Option<crate::schema::Freeform> {
         None
     }
+    /// See [`Tool::keeps_session_state`].
+    fn keeps_session_state(&self) -> bool {
+        false
+    }
     /// The Anthropic built-in tool type (see [`Tool::anthropic_type`]).
     fn anthropic_type(&self) -> Option<&str> {
         None
@@ -319,6 +328,9 @@ impl<T: TypedTool> Tool for Typed<T> {
     }
     fn freeform(&self) -> Option<crate::schema::Freeform> {
         self.0.freeform()
+    }
+    fn keeps_session_state(&self) -> bool {
+        self.0.keeps_session_state()
     }
     fn anthropic_type(&self) -> Option<&str> {
         self.0.anthropic_type()

@@ -295,6 +295,14 @@ impl Dispatcher {
         })
     }
 
+    /// Whether `tool` keeps a session's state in memory between calls (see
+    /// [`toolyard_core::Tool::keeps_session_state`]).
+    pub fn keeps_session_state(&self, tool: &str) -> bool {
+        self.tools
+            .get(tool)
+            .is_some_and(|t| t.tool.keeps_session_state())
+    }
+
     /// The catalog entry (loopr engine) a served tool runs under, e.g. `run_command` for
     /// claude-code's `Bash`.
     pub fn engine_of(&self, tool: &str) -> Option<&'static str> {

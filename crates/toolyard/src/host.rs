@@ -15,13 +15,14 @@
 //!   in its own PID namespace: every sandboxed command runs in a PID namespace of its own. A
 //!   filesystem socket would be reachable by whoever can open its path, the net lane included.
 //! - **Ends.** A session with no call for `[processes] idle_timeout_s` ends (its processes are
-//!   killed); the host leaves when no session holds a process and no call came for [`GRACE`],
-//!   and when its state directory disappears.
+//!   killed); the host leaves when no session holds a process or kept
+//!   state (Claude Code's `Bash` working directory) and no call came for [`GRACE`], and when
+//!   its state directory disappears.
 //! - **Lost.** The host keeps a record (`hosts/KEY.json` in the state directory) of the process
 //!   ids it handed out. A host that was killed leaves its record behind: the next call says the
 //!   session's processes were lost, and the fresh host answers their ids as lost.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;
 use std::os::linux::net::SocketAddrExt as _;
 use std::path::{Path, PathBuf};
@@ -83,14 +84,16 @@ struct Record {
 }
 
 /// Whether a call must run in the session host: it starts a process that may outlive the call
-/// (a background or yielding command, the persistent shell) or reaches one by id.
+/// (a background or yielding command, the persistent shell), reaches one by id, or runs a tool
+/// that keeps the session's state between calls (Claude Code's `Bash` keeps its working
+/// directory).
 ///
 /// The rule goes by the engine the dialect's tool runs under, so every dialect's form is
 /// covered: the process tools (BashOutput, KillShell, write_stdin, ...), `shell` (anthropic's
 /// `bash`), and a command engine called with a background or yield argument, or whose schema
 /// takes `yield_time_ms` (Codex's unified exec keeps whatever outlives its yield).
 pub fn outlives_call(d: &Dispatcher, tool: &str, args: &Value) -> bool {
-    if d.runs_in_process_lane(tool) {
+    if d.runs_in_process_lane(tool) || d.keeps_session_state(tool) {
         return true;
     }
     match d.engine_of(tool) {
@@ -380,6 +383,9 @@ struct Host {
 struct Inner {
     /// Each session's last call and how many of its calls are in flight.
     sessions: HashMap<String, (Instant, usize)>,
+    /// The sessions that ran a tool which keeps their state in memory (a working directory):
+    /// the host stays for them until they go idle, as for a process.
+    stateful: HashSet<String>,
     /// Connections taken and not yet answered.
     busy: usize,
     last_call: Instant,
@@ -461,6 +467,7 @@ async fn serve(args: HostArgs) -> Result<i32> {
         idle: Duration::from_secs(limits.idle_timeout_s),
         inner: Mutex::new(Inner {
             sessions: HashMap::new(),
+            stateful: HashSet::new(),
             busy: 0,
             last_call: Instant::now(),
             record,
@@ -547,16 +554,22 @@ async fn check(host: &Host) -> Option<String> {
         {
             let mut inner = host.lock();
             inner.sessions.remove(&s);
+            inner.stateful.remove(&s);
             inner.record.sessions.remove(&s);
         }
         host.save();
     }
-    let (busy, last, sessions) = {
+    let (busy, last, sessions, stateful) = {
         let inner = host.lock();
         let sessions: Vec<String> = inner.sessions.keys().cloned().collect();
-        (inner.busy, inner.last_call, sessions)
+        (
+            inner.busy,
+            inner.last_call,
+            sessions,
+            !inner.stateful.is_empty(),
+        )
     };
-    if busy > 0 || now.duration_since(last) < GRACE {
+    if busy > 0 || stateful || now.duration_since(last) < GRACE {
         return None;
     }
     for s in sessions {
@@ -632,8 +645,12 @@ where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
 {
     let session = req.session.clone();
+    let keeps_state = host.dispatcher.keeps_session_state(&req.tool);
     {
         let mut inner = host.lock();
+        if keeps_state {
+            inner.stateful.insert(session.clone());
+        }
         let entry = inner
             .sessions
             .entry(session.clone())

@@ -285,6 +285,45 @@ fn the_shell_keeps_its_directory_across_calls() {
 }
 
 #[test]
+fn claude_code_bash_keeps_its_directory_across_calls_until_the_session_goes_idle() {
+    // Claude Code's Bash says a `cd` lasts into the next call; from the CLI that memory lives
+    // in the session host, which stays for it past its grace period (a model's next call comes
+    // after a turn), and leaves once the session goes idle.
+    let e = env();
+    let catalog = e.catalog("[processes]\nidle_timeout_s = 8\n");
+    std::fs::create_dir(e.ws.join("sub")).unwrap();
+    let bash = |session: &str, command: &str| {
+        let args = serde_json::json!({ "command": command }).to_string();
+        let o = e.call(
+            session,
+            "Bash",
+            &args,
+            &["--dialect", "claude-code", "--catalog", &catalog],
+        );
+        assert!(o.status.success(), "{}", text(&o));
+        stdout(&o)
+    };
+    bash("cc", "cd sub");
+    let hosts = e.host_pids();
+    assert_eq!(hosts.len(), 1, "{:?}", e.hosts());
+    // Past the host's grace period.
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(
+        alive(hosts[0]),
+        "the host left while a session kept a directory"
+    );
+    assert!(bash("cc", "pwd").trim_end().ends_with("/sub"));
+    assert!(
+        !bash("other", "pwd").contains("/sub"),
+        "another session starts at the root"
+    );
+    assert!(
+        wait_until(PATIENCE, || !alive(hosts[0])),
+        "the host leaves once the sessions are idle"
+    );
+}
+
+#[test]
 fn another_session_cannot_reach_a_sessions_process() {
     let e = env();
     let m = marker(301);

@@ -1062,6 +1062,10 @@ impl TypedTool for ClaudeBash {
         Annotations::COMMAND
     }
 
+    fn keeps_session_state(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let background = args.run_in_background == Some(true);
         let command = args.command.clone();
