@@ -16,6 +16,7 @@ metadata:
   name: $name
 spec:
   restartPolicy: Never
+  automountServiceAccountToken: false
   securityContext:
     runAsUser: 65534
     runAsGroup: 65534

@@ -201,9 +201,15 @@ pub fn kube_token(token: &str) -> String {
 }
 
 /// The Pod for session `token`: the template with `{session}` expanded in its name, labels and
-/// annotations, and Toolyard's own labels added.
+/// annotations, and Toolyard's own labels added. Kubernetes mounts the service account's API
+/// token into every pod unless told not to, where the model's commands could read it and call
+/// the cluster: the pod gets none unless the template asks for it by name
+/// (`automountServiceAccountToken: true`).
 pub fn instantiate(template: &Pod, token: &str, namespace: &str) -> Pod {
     let mut pod = template.clone();
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.automount_service_account_token.get_or_insert(false);
+    }
     let meta = &mut pod.metadata;
     let expand = |s: &str| s.replace("{session}", token);
     meta.name = meta.name.as_deref().map(expand);

@@ -434,6 +434,8 @@ async fn a_session_pod_is_created_from_the_template_waited_for_reused_and_delete
         body["spec"]["containers"][0]["image"],
         "localhost/toolyard-runner:e2e"
     );
+    // No service account token in the pod, where the model's commands could read it.
+    assert_eq!(body["spec"]["automountServiceAccountToken"], false);
     // It waited on that pod by name: a list, then a watch that saw it become Ready.
     let watched: Vec<&Recorded> = log
         .iter()
@@ -758,4 +760,17 @@ fn a_template_is_checked_when_the_catalog_loads() {
     );
     let e = parse_template("apiVersion: v1\nkind: Pod\nmetadata: [\n", "agents").unwrap_err();
     assert!(e.contains("not valid YAML"), "{e}");
+}
+
+#[test]
+fn a_template_that_asks_for_the_service_account_token_by_name_keeps_it() {
+    let asked = TEMPLATE.replace("spec:\n", "spec:\n  automountServiceAccountToken: true\n");
+    assert_ne!(asked, TEMPLATE, "the template has a spec to add to");
+    let pod = toolyard_remote::k8s::instantiate(
+        &parse_template(&asked, "agents").unwrap_or_else(|e| panic!("template: {e}")),
+        "s1",
+        "agents",
+    );
+    let spec = pod.spec.unwrap_or_default();
+    assert_eq!(spec.automount_service_account_token, Some(true));
 }

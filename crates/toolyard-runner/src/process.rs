@@ -94,17 +94,24 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
         .enable_all()
         .build()
         .map_err(|e| ToolError::Io(format!("cannot start the runtime: {e}")))?;
-    let result = rt.block_on(serve(
-        args.lane,
-        root,
-        state,
-        catalog,
-        slots,
-        report.to_string(),
-    ));
+    let mut sandbox = report.to_string();
+    // Read after the sandbox is applied: what this runner reads, its commands can.
+    if std::fs::File::open(SERVICE_ACCOUNT_TOKEN).is_ok() {
+        tracing::warn!(
+            path = SERVICE_ACCOUNT_TOKEN,
+            "a cluster credential is readable where commands run"
+        );
+        sandbox.push_str(&format!(
+            "; WARNING: commands can read the cluster credential {SERVICE_ACCOUNT_TOKEN} (set automountServiceAccountToken: false in the pod)"
+        ));
+    }
+    let result = rt.block_on(serve(args.lane, root, state, catalog, slots, sandbox));
     rt.shutdown_timeout(Duration::from_secs(1));
     result
 }
+
+/// Where Kubernetes mounts a pod's service account token, a credential for the cluster.
+const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 
 /// A runner's private temp dir (`<state>/tmp/<lane>-<pid>`), flock'ed for the runner's life so
 /// another runner's sweep knows it is in use, and emptied when the runner ends.
