@@ -22,6 +22,9 @@ echo "== cargo test"
 cargo build --workspace --bins --quiet
 cargo test --workspace --no-fail-fast
 
+echo "== the journal's end-to-end tests again, the runners behind a command link (a wrapper script)"
+TOOLYARD_E2E_LINK=wrapper cargo test -p toolyard --test journal_e2e
+
 echo "== the Kubernetes link (feature kube): its pod lifecycle against a scripted API server"
 # Not in the workspace run: kube-rs is heavy. About 30 s on a warm cache; the end-to-end test
 # through a real cluster in it runs only when KUBECONFIG is set.

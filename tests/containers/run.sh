@@ -35,17 +35,18 @@ export CONTAINERS_CONF=$PWD/$here/containers.conf
 podman info >/dev/null 2>&1 || skip "podman is installed but cannot run here: $(podman info 2>&1 | tail -1)"
 
 # The binary that goes into the image, and the test binary: one build of each.
-bins=$(cargo test -q -p toolyard --test containers_e2e --no-run --message-format=json | python3 -c '
+bins=$(cargo test -q -p toolyard --test containers_e2e --test journal_e2e --no-run --message-format=json | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
-        kind = m["target"]["kind"]
-        if kind == ["test"] or (kind == ["bin"] and m["target"]["name"] == "toolyard"):
-            print(kind[0], m["executable"])')
-toolyard=$(awk '$1 == "bin" {print $2}' <<<"$bins")
-testbin=$(awk '$1 == "test" {print $2}' <<<"$bins")
-[[ -x $toolyard && -x $testbin ]] || { echo "tests/containers: build gave no binaries: $bins" >&2; exit 1; }
+        kind, name = m["target"]["kind"], m["target"]["name"]
+        if kind == ["test"] or (kind == ["bin"] and name == "toolyard"):
+            print(name, m["executable"])')
+toolyard=$(awk '$1 == "toolyard" {print $2}' <<<"$bins")
+testbin=$(awk '$1 == "containers_e2e" {print $2}' <<<"$bins")
+journalbin=$(awk '$1 == "journal_e2e" {print $2}' <<<"$bins")
+[[ -x $toolyard && -x $testbin && -x $journalbin ]] || { echo "tests/containers: build gave no binaries: $bins" >&2; exit 1; }
 
 dir=$(mktemp -d /tmp/toolyard-containers.XXXXXX)
 tag=localhost/toolyard-runner:e2e-$$
@@ -73,3 +74,5 @@ podman kube play --network none "$dir/pod.yaml" >/dev/null
 
 TOOLYARD_E2E_POD=$pod TOOLYARD_E2E_CONTAINER=$pod-runner TOOLYARD_E2E_POD_WS=$dir/ws \
   "$testbin" --test-threads=1
+echo "-- the journal's end-to-end tests, the runners in the pod through podman exec -i"
+TOOLYARD_E2E_LINK=podman:$pod-runner:$dir/ws "$journalbin" --test-threads=1
