@@ -377,18 +377,13 @@ fn a_patch_in_the_pod_is_journaled_as_one_group_and_one_undo_reverts_it() {
         return;
     };
     let before = snapshot(&e.server_ws);
-    let args = json!({"input": "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+two\n*** Add File: sub/new.txt\n+made in the pod\n*** Delete File: gone.txt\n*** End Patch"});
-    let o = e.cli(&[
-        "call",
-        "apply_patch",
-        &args.to_string(),
-        "--dialect",
-        "codex",
-        "--json",
-        "--session",
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+two\n*** Add File: sub/new.txt\n+made in the pod\n*** Delete File: gone.txt\n*** End Patch";
+    let v = e.call_with(
         "s",
-    ]);
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        "apply_patch",
+        json!({ "input": patch }),
+        &["--dialect", "codex"],
+    );
     assert_eq!(v["success"], true, "{v}");
     assert_eq!(e.pod_file("a.txt"), b"two\n");
     assert_eq!(e.pod_file("sub/new.txt"), b"made in the pod\n");

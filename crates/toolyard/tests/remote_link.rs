@@ -347,24 +347,12 @@ fn undo_is_refused_when_the_runner_s_file_changed_since_and_nothing_is_written()
 
 /// `toolyard call apply_patch` in the codex dialect, as JSON.
 fn patch(e: &Env, session: &str, input: &str) -> Value {
-    let args = json!({ "input": input }).to_string();
-    let o = e.cli(&[
-        "call",
-        "apply_patch",
-        &args,
-        "--dialect",
-        "codex",
-        "--json",
-        "--session",
+    e.call_with(
         session,
-    ]);
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|err| {
-        panic!(
-            "not JSON ({err}): {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
+        "apply_patch",
+        json!({ "input": input }),
+        &["--dialect", "codex"],
+    )
 }
 
 #[test]

@@ -95,14 +95,15 @@ pub trait ServerCli {
 
     /// `toolyard call TOOL ARGS --json` in `session`.
     fn call(&self, session: &str, tool: &str, args: Value) -> Value {
-        let o = self.cli(&[
-            "call",
-            tool,
-            &args.to_string(),
-            "--json",
-            "--session",
-            session,
-        ]);
+        self.call_with(session, tool, args, &[])
+    }
+
+    /// [`ServerCli::call`] with `extra` arguments (`--dialect codex`).
+    fn call_with(&self, session: &str, tool: &str, args: Value, extra: &[&str]) -> Value {
+        let args = args.to_string();
+        let mut argv = vec!["call", tool, &args, "--json", "--session", session];
+        argv.extend_from_slice(extra);
+        let o = self.cli(&argv);
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
             panic!(
                 "not JSON ({e}): {}{}",
