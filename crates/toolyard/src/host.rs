@@ -132,6 +132,12 @@ fn key_of(common: &Common, d: &Dispatcher) -> String {
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
+        // Its content too: after an edit, calls go to a host that serves the catalog as it is.
+        c.catalog_path
+            .as_ref()
+            .and_then(|p| std::fs::read(p).ok())
+            .map(|text| blake3::hash(&text).to_hex().to_string())
+            .unwrap_or_default(),
         c.dialect.to_string(),
         c.profile.clone(),
         common.inline.to_string(),

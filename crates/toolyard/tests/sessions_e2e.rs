@@ -324,6 +324,46 @@ fn claude_code_bash_keeps_its_directory_across_calls_until_the_session_goes_idle
 }
 
 #[test]
+fn an_edited_catalog_is_served_by_a_new_host() {
+    let e = env();
+    let catalog = e.catalog("[processes]\nmax_per_session = 1\n");
+    let start = |tag: u32| {
+        let args = serde_json::json!({"command": format!("exec sleep {}", marker(tag)), "background": true});
+        e.call(
+            "cli",
+            "run_command",
+            &args.to_string(),
+            &["--catalog", &catalog],
+        )
+    };
+    let o = start(311);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = start(312);
+    assert!(
+        !o.status.success(),
+        "the limit of one refuses a second: {}",
+        text(&o)
+    );
+    let first_host = e.host_pids();
+    assert_eq!(first_host.len(), 1, "{:?}", e.hosts());
+    // The user raises the limit: the next call is served with the catalog as it is now.
+    e.catalog("[processes]\nmax_per_session = 2\n");
+    let o = start(313);
+    assert!(o.status.success(), "{}", text(&o));
+    let hosts = e.host_pids();
+    assert_eq!(
+        hosts.len(),
+        2,
+        "a second host serves the edited catalog: {:?}",
+        e.hosts()
+    );
+    assert!(
+        hosts.contains(&first_host[0]),
+        "the first keeps its process"
+    );
+}
+
+#[test]
 fn another_session_cannot_reach_a_sessions_process() {
     let e = env();
     let m = marker(301);
