@@ -18,7 +18,7 @@ use toolyard_core::{ToolError, ToolResult};
 use toolyard_tools::ToolEnv;
 use toolyard_workspace::{Expect, RelPath, Workspace};
 
-use crate::protocol::PreImageWire;
+use crate::protocol::PART_BYTES;
 
 /// The most bytes one `spill_read` answers.
 pub const MAX_SPILL_READ: u64 = 8 << 20;
@@ -65,7 +65,9 @@ impl Internal {
         let ws = env.workspace.as_ref();
         let r = match tool {
             "read_state" => parse(tool, args).and_then(|a| read_state(ws, a)),
-            "restore" => parse(tool, args).and_then(|a| restore(ws, a)),
+            "read_part" => parse(tool, args).and_then(|a| read_part(ws, a)),
+            "upload" => parse(tool, args).and_then(|c| self.append(c).map(|_| json!({}))),
+            "restore" => parse(tool, args).and_then(|a| self.restore(ws, a)),
             "hashes" => parse(tool, args).and_then(|a| hashes(ws, a)),
             "spill_read" => parse(tool, args).and_then(|a| spill_read(&env.state.outputs_dir(), a)),
             "hydrate" => match parse::<HydrateArgs>(tool, args) {
@@ -85,19 +87,46 @@ impl Internal {
     }
 }
 
-#[derive(Deserialize)]
-struct PathArg {
-    path: String,
-}
-
 fn rel(ws: &Workspace, path: &str) -> Result<RelPath, ToolError> {
     ws.relative(path, ws.root())
 }
 
-/// `read_state {path}`: the bytes and mode, or absent (as a journal pre-image).
-fn read_state(ws: &Workspace, a: PathArg) -> Result<Value, ToolError> {
-    let pre = crate::process::pre_image(ws, &rel(ws, &a.path)?)?;
+#[derive(Deserialize)]
+struct StateArgs {
+    path: String,
+    /// The most content bytes to answer with; past it only the size, hash and mode.
+    #[serde(default = "part_bytes")]
+    max: usize,
+}
+
+fn part_bytes() -> usize {
+    PART_BYTES
+}
+
+/// `read_state {path, max}`: the bytes and mode, or absent (as a journal pre-image); a file
+/// over `max` bytes answers its size instead of its bytes, to read with `read_part`.
+fn read_state(ws: &Workspace, a: StateArgs) -> Result<Value, ToolError> {
+    let pre = crate::process::pre_image(ws, &rel(ws, &a.path)?, a.max.min(PART_BYTES))?;
     serde_json::to_value(pre).map_err(ToolError::from)
+}
+
+#[derive(Deserialize)]
+struct PartArgs {
+    path: String,
+    offset: u64,
+}
+
+/// `read_part {path, offset}`: up to a line's worth of the file's bytes from `offset`.
+fn read_part(ws: &Workspace, a: PartArgs) -> Result<Value, ToolError> {
+    let path = rel(ws, &a.path)?;
+    let io = |e: std::io::Error| ws.map_err(e, &path);
+    let mut file = ws.open_file(&path)?;
+    file.seek(SeekFrom::Start(a.offset)).map_err(io)?;
+    let mut bytes = Vec::with_capacity(PART_BYTES);
+    file.take(PART_BYTES as u64)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    Ok(json!({ "data": b64().encode(&bytes) }))
 }
 
 #[derive(Deserialize)]
@@ -105,11 +134,36 @@ struct RestoreArgs {
     path: String,
     expect_hash: Option<String>,
     content: Option<String>,
+    /// The content was sent ahead with `upload` jobs (too large for one line).
+    #[serde(default)]
+    upload: Option<String>,
     mode: Option<u32>,
 }
 
-/// `restore`: a compare-and-swap write (or removal) of one file.
-fn restore(ws: &Workspace, a: RestoreArgs) -> Result<Value, ToolError> {
+impl Internal {
+    /// `restore`: a compare-and-swap write (or, with no content, removal) of one file.
+    fn restore(&self, ws: &Workspace, a: RestoreArgs) -> Result<Value, ToolError> {
+        let content = match (&a.upload, &a.content) {
+            (Some(upload), _) => {
+                let file = self.take_upload(upload)?;
+                let read = std::fs::read(&file);
+                let _ = std::fs::remove_file(&file);
+                Some(read.map_err(|e| ToolError::Io(format!("reading upload {upload}: {e}")))?)
+            }
+            (None, Some(text)) => Some(b64().decode(text).map_err(|e| {
+                ToolError::InvalidArguments(format!(
+                    "restore {}: content is not base64: {e}",
+                    a.path
+                ))
+            })?),
+            (None, None) => None,
+        };
+        restore(ws, &a, content)
+    }
+}
+
+/// Write `content` to `a.path` (remove it when `None`) if its hash is still `a.expect_hash`.
+fn restore(ws: &Workspace, a: &RestoreArgs, content: Option<Vec<u8>>) -> Result<Value, ToolError> {
     let path = rel(ws, &a.path)?;
     let changed = |now: Option<&str>| {
         ToolError::Conflict(format!(
@@ -122,14 +176,8 @@ fn restore(ws: &Workspace, a: RestoreArgs) -> Result<Value, ToolError> {
             }
         ))
     };
-    match a.content {
-        Some(text) => {
-            let bytes = b64().decode(text).map_err(|e| {
-                ToolError::InvalidArguments(format!(
-                    "restore {}: content is not base64: {e}",
-                    a.path
-                ))
-            })?;
+    match content {
+        Some(bytes) => {
             let expect = match &a.expect_hash {
                 Some(h) => Expect::Hash(h.clone()),
                 None => Expect::Missing,
@@ -242,6 +290,8 @@ struct Chunk {
     upload: String,
     seq: u64,
     data: String,
+    /// The last chunk of a `hydrate` archive (an `upload` part ends with its `restore`).
+    #[serde(default)]
     last: bool,
 }
 
@@ -388,9 +438,9 @@ async fn hydrate_git(
 }
 
 impl Internal {
-    /// `hydrate {upload, seq, data, last}`: append a chunk of a tar archive (in the runner's
-    /// temp dir); the last one unpacks it over the workspace.
-    fn hydrate_chunk(&self, root: &Path, c: Chunk) -> Result<Value, ToolError> {
+    /// `upload {upload, seq, data}` (and each `hydrate` chunk): append part `seq` of an upload
+    /// to its file in the runner's temp dir; parts come in order from 0. The file's path.
+    fn append(&self, c: Chunk) -> Result<PathBuf, ToolError> {
         let safe = !c.upload.is_empty()
             && c.upload.len() <= 64
             && c.upload
@@ -398,20 +448,20 @@ impl Internal {
                 .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_');
         if !safe {
             return Err(ToolError::InvalidArguments(
-                "hydrate: the upload id must be 1 to 64 letters, digits, - or _".into(),
+                "the upload id must be 1 to 64 letters, digits, - or _".into(),
             ));
         }
         let bytes = b64().decode(&c.data).map_err(|e| {
-            ToolError::InvalidArguments(format!("hydrate: a chunk is not base64: {e}"))
+            ToolError::InvalidArguments(format!("an upload part is not base64: {e}"))
         })?;
         let mut uploads = self.uploads.lock().unwrap_or_else(|p| p.into_inner());
-        let path = std::env::temp_dir().join(format!("upload-{}.tar", c.upload));
+        let path = std::env::temp_dir().join(format!("upload-{}", c.upload));
         let expected = uploads.get(&c.upload).map_or(0, |u| u.1);
         if c.seq != expected {
             uploads.remove(&c.upload);
             let _ = std::fs::remove_file(&path);
             return Err(ToolError::Conflict(format!(
-                "hydrate: chunk {} of upload {} arrived, {expected} was expected; start the upload again",
+                "part {} of upload {} arrived, {expected} was expected; start the upload again",
                 c.seq, c.upload
             )));
         }
@@ -424,12 +474,29 @@ impl Internal {
             .open(&path)
             .map_err(io)?;
         file.write_all(&bytes).map_err(io)?;
-        if !c.last {
-            uploads.insert(c.upload.clone(), (path, c.seq + 1));
-            return Ok(json!({ "received": c.seq }));
+        uploads.insert(c.upload.clone(), (path.clone(), c.seq + 1));
+        Ok(path)
+    }
+
+    /// The file of a finished upload, which leaves the table (the caller removes the file).
+    fn take_upload(&self, upload: &str) -> Result<PathBuf, ToolError> {
+        let mut uploads = self.uploads.lock().unwrap_or_else(|p| p.into_inner());
+        uploads.remove(upload).map(|u| u.0).ok_or_else(|| {
+            ToolError::InvalidArguments(format!(
+                "upload {upload} was never sent; start the upload again"
+            ))
+        })
+    }
+
+    /// `hydrate {upload, seq, data, last}`: append a chunk of a tar archive; the last one
+    /// unpacks it over the workspace.
+    fn hydrate_chunk(&self, root: &Path, c: Chunk) -> Result<Value, ToolError> {
+        let (seq, last, upload) = (c.seq, c.last, c.upload.clone());
+        let path = self.append(c)?;
+        if !last {
+            return Ok(json!({ "received": seq }));
         }
-        uploads.remove(&c.upload);
-        drop(uploads);
+        self.take_upload(&upload)?;
         let unpacked = unpack(&path, root);
         let _ = std::fs::remove_file(&path);
         unpacked.map(|n| json!({ "files": n }))
@@ -534,14 +601,4 @@ fn fastrand_suffix() -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-/// Decode a `read_state` answer.
-pub(crate) fn pre_image_of(
-    data: &Value,
-    path: &str,
-) -> Result<(Option<Vec<u8>>, Option<u32>), ToolError> {
-    let pre: PreImageWire = serde_json::from_value(data.clone())
-        .map_err(|e| ToolError::Io(format!("the runner's state of {path} is unreadable: {e}")))?;
-    Ok((pre.decode(path)?, pre.mode))
 }

@@ -22,7 +22,7 @@ use toolyard_workspace::{PreImage, RelPath, StateDir, Workspace};
 
 use crate::protocol::{
     FromRunner, Hello, INTERNAL_DIALECT, Job, LineReader, MAX_LINE_BYTES, MAX_PRE_IMAGE_BYTES,
-    MISSED_PINGS, PROTOCOL_VERSION, PreImageWire, RecordOp, Reply, ToRunner, encode,
+    MISSED_PINGS, PART_BYTES, PROTOCOL_VERSION, PreImageWire, RecordOp, Reply, ToRunner, encode,
 };
 
 /// How long a runner waits for the router's hello after saying it is ready.
@@ -358,7 +358,7 @@ impl RemoteRecords {
         group: Option<i64>,
     ) -> Result<i64, ToolError> {
         let pre = match (self.pre_images.load(Ordering::SeqCst), self.workspace.get()) {
-            (true, Some(ws)) => Some(pre_image(ws, path)?),
+            (true, Some(ws)) => Some(self.ship(session, ws, path).await?),
             (true, None) => {
                 return Err(ToolError::Unavailable(
                     "the runner's workspace is not open yet".into(),
@@ -378,6 +378,43 @@ impl RemoteRecords {
         })
         .await?
         .ok_or_else(|| ToolError::Io("the router returned no change id".into()))
+    }
+
+    /// `path`'s previous content for a journal request: inline, or, past one line's worth,
+    /// sent ahead in parts the request then names.
+    async fn ship(
+        &self,
+        session: &str,
+        ws: &Workspace,
+        path: &RelPath,
+    ) -> Result<PreImageWire, ToolError> {
+        use base64::Engine;
+        let (bytes, mode) = file_state(ws, path)?;
+        let bytes = match bytes {
+            Some(b) if b.len() > PART_BYTES => b,
+            b => return Ok(PreImageWire::new(b.as_deref(), mode)),
+        };
+        let upload = format!(
+            "{}-{}",
+            std::process::id(),
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
+        for (seq, part) in bytes.chunks(PART_BYTES).enumerate() {
+            self.ask(RecordOp::PreImagePart {
+                session: session.into(),
+                upload: upload.clone(),
+                seq: seq as u64,
+                data: base64::engine::general_purpose::STANDARD.encode(part),
+            })
+            .await?;
+        }
+        Ok(PreImageWire {
+            content: None,
+            hash: Some(toolyard_workspace::hash_bytes(&bytes)),
+            mode,
+            upload: Some(upload),
+            size: None,
+        })
     }
 
     async fn answer(&self, rid: u64, reply: Reply) {
@@ -510,11 +547,14 @@ impl Records for RemoteRecords {
 }
 
 /// What `path` holds now, for the router's journal: its bytes and mode, or absent.
-pub(crate) fn pre_image(ws: &Workspace, path: &RelPath) -> Result<PreImageWire, ToolError> {
+pub(crate) fn file_state(
+    ws: &Workspace,
+    path: &RelPath,
+) -> Result<(Option<Vec<u8>>, Option<u32>), ToolError> {
     use cap_std::fs::PermissionsExt;
     use std::io::Read;
     let Some(meta) = ws.metadata(path)? else {
-        return Ok(PreImageWire::new(None, None));
+        return Ok((None, None));
     };
     if !meta.is_file() {
         return Err(ToolError::InvalidArguments(format!(
@@ -544,7 +584,26 @@ pub(crate) fn pre_image(ws: &Workspace, path: &RelPath) -> Result<PreImageWire, 
     if bytes.len() as u64 > MAX_PRE_IMAGE_BYTES {
         return Err(too_big(bytes.len() as u64));
     }
-    Ok(PreImageWire::new(Some(&bytes), Some(mode)))
+    Ok((Some(bytes), Some(mode)))
+}
+
+/// [`file_state`] on the wire, the content left out (its size said instead) past `max` bytes.
+pub(crate) fn pre_image(
+    ws: &Workspace,
+    path: &RelPath,
+    max: usize,
+) -> Result<PreImageWire, ToolError> {
+    let (bytes, mode) = file_state(ws, path)?;
+    Ok(match bytes {
+        Some(b) if b.len() > max => PreImageWire {
+            content: None,
+            hash: Some(toolyard_workspace::hash_bytes(&b)),
+            mode,
+            upload: None,
+            size: Some(b.len() as u64),
+        },
+        b => PreImageWire::new(b.as_deref(), mode),
+    })
 }
 
 /// The router's hello, checked: `Err` says why this runner cannot serve it.

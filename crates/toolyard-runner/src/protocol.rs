@@ -55,9 +55,12 @@ pub const MISSED_PINGS: u32 = 3;
 /// The heartbeat period unless the catalog's `[remote] heartbeat_ms` says otherwise.
 pub const DEFAULT_HEARTBEAT_MS: u64 = 5_000;
 
-/// The largest previous content a remote runner ships inline with a journal request (its
-/// base64 form stays well under [`MAX_LINE_BYTES`]).
-pub const MAX_PRE_IMAGE_BYTES: u64 = 16 << 20;
+/// The largest previous content a remote runner ships with a journal request.
+pub const MAX_PRE_IMAGE_BYTES: u64 = toolyard_tools::remote::MAX_REMOTE_FILE_BYTES;
+
+/// The most file bytes one line carries (base64 makes it a third larger, well under
+/// [`MAX_LINE_BYTES`]); larger content crosses the link in parts of this size.
+pub const PART_BYTES: usize = 8 << 20;
 
 fn protocol_one() -> u32 {
     1
@@ -254,6 +257,18 @@ pub enum RecordOp {
         /// Whether it landed.
         done: bool,
     },
+    /// A part of a previous content too large for one line, before the `JournalBegin` whose
+    /// pre-image names the upload; parts come in order from 0.
+    PreImagePart {
+        /// Session.
+        session: String,
+        /// The upload the parts belong to.
+        upload: String,
+        /// The part's number.
+        seq: u64,
+        /// The bytes in standard base64.
+        data: String,
+    },
     /// Undo the changes a call made so far, the journal group of its first change (a call
     /// that changes several files and fails part way): the server plans it from the journal
     /// and restores each file with a `restore` job.
@@ -286,6 +301,14 @@ pub struct PreImageWire {
     pub hash: Option<String>,
     /// The permission bits.
     pub mode: Option<u32>,
+    /// The content did not fit one line: it was sent before in [`RecordOp::PreImagePart`]s
+    /// of this upload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<String>,
+    /// The content was left out of a `read_state` answer, being larger than asked: its size,
+    /// to read with `read_part`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
 }
 
 impl PreImageWire {
@@ -296,7 +319,24 @@ impl PreImageWire {
             content: content.map(|c| base64::engine::general_purpose::STANDARD.encode(c)),
             hash: content.map(toolyard_workspace::hash_bytes),
             mode,
+            upload: None,
+            size: None,
         }
+    }
+
+    /// Whether the file existed (its content may have been sent apart).
+    pub fn exists(&self) -> bool {
+        self.content.is_some() || self.upload.is_some() || self.size.is_some()
+    }
+
+    /// Check `bytes`, received apart, against the hash.
+    pub fn check(&self, path: &str, bytes: &[u8]) -> Result<(), ToolError> {
+        if self.hash.as_deref() == Some(toolyard_workspace::hash_bytes(bytes).as_str()) {
+            return Ok(());
+        }
+        Err(ToolError::Io(format!(
+            "the runner's previous content of {path} is unusable (its hash does not match its bytes); nothing was written, retry the call"
+        )))
     }
 
     /// The bytes (`None`: the file did not exist), checked against the hash; `path` names the

@@ -16,7 +16,7 @@ use toolyard_tools::remote::{FileState, RemoteFiles};
 use toolyard_workspace::{Change, ChangeId};
 
 use crate::link::session_token;
-use crate::protocol::{INTERNAL_DIALECT, Job};
+use crate::protocol::{INTERNAL_DIALECT, Job, PART_BYTES, PreImageWire};
 use crate::router::{Key, Router, RunnerConn};
 
 /// The time limit of the internal jobs that touch one file.
@@ -100,11 +100,43 @@ impl RouterFiles {
 #[async_trait]
 impl RemoteFiles for RouterFiles {
     async fn read_state(&self, session: &str, path: &str) -> Result<FileState, ToolError> {
-        let data = self
-            .run(session, "read_state", json!({ "path": path }), false)
-            .await?;
-        let (content, mode) = crate::internal::pre_image_of(&data, path)?;
-        Ok(FileState { content, mode })
+        let args = json!({ "path": path, "max": PART_BYTES });
+        let data = self.run(session, "read_state", args, false).await?;
+        let pre: PreImageWire = serde_json::from_value(data).map_err(|e| {
+            ToolError::Io(format!("the runner's state of {path} is unreadable: {e}"))
+        })?;
+        let Some(size) = pre.size else {
+            let content = pre.decode(path)?;
+            return Ok(FileState {
+                content,
+                mode: pre.mode,
+            });
+        };
+        // Larger than one line: read it in parts, and check the whole against the hash the
+        // runner read it with, so a file that changed meanwhile is never taken for either.
+        let size = size.min(toolyard_tools::remote::MAX_REMOTE_FILE_BYTES);
+        let mut bytes = Vec::with_capacity(size as usize);
+        while (bytes.len() as u64) < size {
+            let args = json!({ "path": path, "offset": bytes.len() });
+            let part = self.run(session, "read_part", args, false).await?;
+            let data = part.get("data").and_then(Value::as_str).unwrap_or_default();
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .map_err(|e| ToolError::Io(format!("a part of {path} is not base64: {e}")))?;
+            if decoded.is_empty() {
+                break;
+            }
+            bytes.extend_from_slice(&decoded);
+        }
+        pre.check(path, &bytes).map_err(|_| {
+            ToolError::Conflict(format!(
+                "{path} changed on the runner while it was read; nothing was written, retry"
+            ))
+        })?;
+        Ok(FileState {
+            content: Some(bytes),
+            mode: pre.mode,
+        })
     }
 
     async fn restore(
@@ -117,10 +149,23 @@ impl RemoteFiles for RouterFiles {
         mode: Option<u32>,
     ) -> Result<Option<String>, ToolError> {
         let b64 = base64::engine::general_purpose::STANDARD;
+        // Content larger than one line goes ahead in parts, which the restore then names.
+        let upload = match &content {
+            Some(c) if c.len() > PART_BYTES => {
+                let id = format!("r{}-{change}", std::process::id());
+                for (seq, part) in c.chunks(PART_BYTES).enumerate() {
+                    let args = json!({ "upload": id, "seq": seq, "data": b64.encode(part) });
+                    self.run(session, "upload", args, false).await?;
+                }
+                Some(id)
+            }
+            _ => None,
+        };
         let args = json!({
             "path": path,
             "expect_hash": expect,
-            "content": content.map(|c| b64.encode(c)),
+            "content": if upload.is_some() { None } else { content.map(|c| b64.encode(c)) },
+            "upload": upload,
             "mode": mode,
         });
         match self.run(session, "restore", args, true).await {

@@ -21,8 +21,8 @@ use toolyard_workspace::{PreImage, RelPath};
 pub use crate::link::RunnerSpawn;
 use crate::link::{RunnerLink, session_token};
 use crate::protocol::{
-    FromRunner, Hello, Job, LineReader, MAX_LINE_BYTES, MISSED_PINGS, PROTOCOL_VERSION, RecordOp,
-    Reply, ToRunner, encode,
+    FromRunner, Hello, Job, LineReader, MAX_LINE_BYTES, MAX_PRE_IMAGE_BYTES, MISSED_PINGS,
+    PROTOCOL_VERSION, RecordOp, Reply, ToRunner, encode,
 };
 
 /// How long a runner may take to sandbox itself and say it is ready.
@@ -626,6 +626,8 @@ async fn read_results(
     let lane = link.lane;
     let shared = Arc::new(shared);
     let begun: Arc<std::sync::Mutex<HashSet<i64>>> = Arc::default();
+    // Dropped with the link: the parts of a pre-image it never sent whole go with it.
+    let uploads: Arc<std::sync::Mutex<Uploads>> = Arc::default();
     let mut tick = tokio::time::interval(link.heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut heard = Instant::now();
@@ -699,10 +701,10 @@ async fn read_results(
                     continue;
                 }
                 let Some(tx) = tx.upgrade() else { continue };
-                let (shared, begun) = (shared.clone(), begun.clone());
+                let (shared, begun, uploads) = (shared.clone(), begun.clone(), uploads.clone());
                 tokio::spawn(async move {
                     let is_begin = matches!(op, RecordOp::JournalBegin { .. });
-                    let result = apply(shared.records.as_ref(), op, shared.remote).await;
+                    let result = apply(shared.records.as_ref(), op, shared.remote, &uploads).await;
                     if let (true, Reply::Ok(Some(change))) = (is_begin, &result)
                         && let Ok(mut b) = begun.lock()
                     {
@@ -746,6 +748,69 @@ async fn read_results(
     }
 }
 
+/// The previous contents a runner is sending in parts ([`RecordOp::PreImagePart`]), by upload
+/// id, until the journal request that names one takes it.
+#[derive(Default)]
+pub(crate) struct Uploads {
+    parts: HashMap<String, (u64, Vec<u8>)>,
+    /// Bytes held, all uploads together.
+    held: u64,
+}
+
+/// The most bytes one link's uploads hold at once (two whole pre-images).
+const MAX_UPLOADING: u64 = 2 * MAX_PRE_IMAGE_BYTES;
+
+impl Uploads {
+    /// Append part `seq` (base64 `data`) to `upload`; an upload whose parts come out of order
+    /// or grow past the limits is dropped.
+    fn add(&mut self, upload: &str, seq: u64, data: &str) -> Result<(), ToolError> {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|e| {
+                ToolError::InvalidArguments(format!("a pre-image part is not base64: {e}"))
+            })?;
+        let (next, have) = self
+            .parts
+            .get(upload)
+            .map_or((0, 0), |(n, b)| (*n, b.len() as u64));
+        let len = bytes.len() as u64;
+        let refused = if seq != next {
+            Some(format!(
+                "part {seq} of upload {upload} came, {next} was expected"
+            ))
+        } else if have + len > MAX_PRE_IMAGE_BYTES {
+            Some(format!(
+                "upload {upload} is over {MAX_PRE_IMAGE_BYTES} bytes"
+            ))
+        } else if self.held + len > MAX_UPLOADING {
+            Some(format!(
+                "this runner's uploads in flight are over {MAX_UPLOADING} bytes"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            self.take(upload);
+            return Err(ToolError::InvalidArguments(format!(
+                "{why}; nothing was written, retry the call"
+            )));
+        }
+        let entry = self.parts.entry(upload.to_string()).or_default();
+        entry.0 += 1;
+        entry.1.extend_from_slice(&bytes);
+        self.held += len;
+        Ok(())
+    }
+
+    /// The whole content of `upload`, which leaves the store.
+    fn take(&mut self, upload: &str) -> Option<Vec<u8>> {
+        let (_, bytes) = self.parts.remove(upload)?;
+        self.held -= bytes.len() as u64;
+        Some(bytes)
+    }
+}
+
 /// Whether a runner may make `op`: its session is one of this runner's jobs in flight, and a
 /// journal entry it ends is one it began.
 fn claim_is_owned(
@@ -758,6 +823,7 @@ fn claim_is_owned(
         | RecordOp::CheckWrite { session, .. }
         | RecordOp::RecordWrite { session, .. }
         | RecordOp::JournalBegin { session, .. }
+        | RecordOp::PreImagePart { session, .. }
         | RecordOp::RollBack { session, .. }
         | RecordOp::UndoLast { session, .. } => session,
         RecordOp::JournalEnd { change, .. } => {
@@ -788,7 +854,12 @@ fn claim_is_owned(
 
 /// Carry out a runner's records request with the server's own records. `remote`: the
 /// runner's workspace is not on this disk, so a journal request must bring its pre-image.
-async fn apply(records: &dyn Records, op: RecordOp, remote: bool) -> Reply {
+async fn apply(
+    records: &dyn Records,
+    op: RecordOp,
+    remote: bool,
+    uploads: &std::sync::Mutex<Uploads>,
+) -> Reply {
     let undone = match &op {
         RecordOp::UndoLast {
             session,
@@ -803,7 +874,7 @@ async fn apply(records: &dyn Records, op: RecordOp, remote: bool) -> Reply {
             call_id,
             first,
         } => records.roll_back_call(session, call_id, *first).await,
-        _ => return Reply::from_result(apply_record(records, op, remote).await),
+        _ => return Reply::from_result(apply_record(records, op, remote, uploads).await),
     };
     match undone {
         Ok(out) => Reply::Undone(out),
@@ -826,9 +897,14 @@ async fn apply_record(
     records: &dyn Records,
     op: RecordOp,
     remote: bool,
+    uploads: &std::sync::Mutex<Uploads>,
 ) -> Result<Option<i64>, ToolError> {
     let rel = relative;
+    let uploads = || uploads.lock().unwrap_or_else(|p| p.into_inner());
     match op {
+        RecordOp::PreImagePart {
+            upload, seq, data, ..
+        } => uploads().add(&upload, seq, &data).map(|()| None),
         RecordOp::RecordRead {
             session,
             path,
@@ -867,7 +943,18 @@ async fn apply_record(
             let new_hash = (!removal).then_some(new_hash.as_str());
             match (pre, new_hash) {
                 (Some(pre), _) => {
-                    let content = pre.decode(&path)?;
+                    let content = match &pre.upload {
+                        Some(upload) => {
+                            let bytes = uploads().take(upload).ok_or_else(|| {
+                                ToolError::InvalidArguments(format!(
+                                    "the runner named upload {upload} for {path}, which it never sent whole; nothing was written, retry the call"
+                                ))
+                            })?;
+                            pre.check(&path, &bytes)?;
+                            Some(bytes)
+                        }
+                        None => pre.decode(&path)?,
+                    };
                     let image = PreImage {
                         content: content.as_deref(),
                         mode: pre.mode,
@@ -968,5 +1055,29 @@ mod tests {
             ready_of(Some(ok), Lane::Net, "x").unwrap(),
             (7, 1000, "x".to_string())
         );
+    }
+
+    #[test]
+    fn a_runner_s_uploads_come_in_order_within_bounds_and_leave_when_taken() {
+        use base64::Engine;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let mut u = Uploads::default();
+        u.add("a", 0, &b64(b"one ")).unwrap();
+        u.add("a", 1, &b64(b"two")).unwrap();
+        assert_eq!(u.held, 7);
+        // Out of order: refused, and the upload is dropped whole.
+        let e = u.add("b", 1, &b64(b"x")).unwrap_err().to_string();
+        assert!(e.contains("part 1 of upload b came, 0 was expected"), "{e}");
+        u.add("c", 0, &b64(b"c")).unwrap();
+        assert!(u.add("c", 5, &b64(b"c")).is_err());
+        assert!(u.take("c").is_none(), "a refused upload is gone");
+        assert!(u.add("d", 0, "not base64!").is_err());
+        assert_eq!(u.take("a").as_deref(), Some(&b"one two"[..]));
+        assert_eq!(u.held, 0, "taken uploads free what they held");
+        assert!(u.take("a").is_none());
+        // Past the per-link bound: refused without holding it.
+        u.held = MAX_UPLOADING;
+        let e = u.add("e", 0, &b64(b"x")).unwrap_err().to_string();
+        assert!(e.contains("uploads in flight are over"), "{e}");
     }
 }

@@ -5,6 +5,10 @@
 use async_trait::async_trait;
 use toolyard_core::ToolError;
 
+/// The largest file a change on a remote runner journals (its previous content crosses the
+/// link in parts) and an undo there restores.
+pub const MAX_REMOTE_FILE_BYTES: u64 = 256 << 20;
+
 /// A file's state as the runner read it: its bytes (`None`: absent) and permission bits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileState {

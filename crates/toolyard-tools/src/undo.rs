@@ -11,7 +11,7 @@ use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed
 use toolyard_workspace::{Change, ChangeId, ChangeStatus, Journal, PreImage, RelPath, UndoOutcome};
 
 use crate::records::LocalRecords;
-use crate::remote::{FileState, RemoteFiles};
+use crate::remote::{FileState, MAX_REMOTE_FILE_BYTES, RemoteFiles};
 
 /// Arguments of `undo`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -126,10 +126,6 @@ fn group_result(id: ChangeId, tool: &str, undone: &[UndoOutcome]) -> ToolResult 
     ))
     .with_data(json!({"undo": first, "undone": id, "redo": redo, "files": undone}))
 }
-
-/// The most bytes an undo sends to a remote runner at once (the journal holds at most a
-/// remote pre-image's worth for a remote file; a larger local entry cannot cross the link).
-const MAX_REMOTE_RESTORE: u64 = 16 << 20;
 
 /// Undo change `id`, with every other change of its group (the files one call changed
 /// together), as `session`'s call `call_id`: on this disk, or, when the files live with a
@@ -317,12 +313,12 @@ async fn restore_remote(
             use std::io::Read;
             let mut bytes = Vec::new();
             reader
-                .take(MAX_REMOTE_RESTORE + 1)
+                .take(MAX_REMOTE_FILE_BYTES + 1)
                 .read_to_end(&mut bytes)
                 .map_err(|e| ToolError::Io(format!("reading change {id} from the journal: {e}")))?;
-            if bytes.len() as u64 > MAX_REMOTE_RESTORE {
+            if bytes.len() as u64 > MAX_REMOTE_FILE_BYTES {
                 return Err(ToolError::Unavailable(format!(
-                    "the content before change {id} is over {MAX_REMOTE_RESTORE} bytes, more than an undo sends to a remote runner; restore {} with run_command instead",
+                    "the content before change {id} is over {MAX_REMOTE_FILE_BYTES} bytes, more than an undo sends to a remote runner; restore {} with run_command instead",
                     target.path
                 )));
             }

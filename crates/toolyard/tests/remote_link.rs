@@ -465,10 +465,11 @@ fn a_group_undo_on_a_remote_runner_is_refused_whole_when_one_file_changed_since(
 #[test]
 fn a_patch_that_fails_part_way_on_a_remote_runner_puts_back_what_it_changed() {
     let e = env();
-    // A file over the 16 MiB a remote change ships to the journal: its removal is refused
-    // after the update before it landed, so the runner asks the server to roll that back.
+    // A (sparse) file over the most a remote change ships to the journal: its removal is
+    // refused after the update landed, so the runner asks the server to roll that back.
     let big = e.runner_ws.join("big.bin");
-    std::fs::write(&big, vec![b'x'; (16 << 20) + 1]).unwrap();
+    let over = toolyard_tools::remote::MAX_REMOTE_FILE_BYTES + 1;
+    std::fs::File::create(&big).unwrap().set_len(over).unwrap();
     let v = patch(
         &e,
         "s1",
@@ -485,7 +486,7 @@ fn a_patch_that_fails_part_way_on_a_remote_runner_puts_back_what_it_changed() {
         std::fs::read_to_string(e.runner_ws.join("a.txt")).unwrap(),
         "remote one\n"
     );
-    assert_eq!(std::fs::metadata(&big).unwrap().len(), (16 << 20) + 1);
+    assert_eq!(std::fs::metadata(&big).unwrap().len(), over);
     // The journal shows the update and the undo that put it back.
     let changes = log(&e);
     let update = changes
