@@ -37,8 +37,10 @@ import os
 import json
 
 OPS = ["read", "list", "search", "edit"]
-THROUGHPUT_OPS = ["read", "list", "search"]
+THROUGHPUT_OPS = ["read", "list", "search", "edit"]
 INFLIGHT = [1, 8, 64]
+# Edits in flight each change a file of their own (two edits of one file at once would race).
+EDIT_FILES = max(INFLIGHT)
 
 
 def make_fixture(root: Path) -> None:
@@ -62,6 +64,20 @@ def make_fixture(root: Path) -> None:
     # One file per server: both run at the same time.
     for name in ("edit_toolyard.txt", "edit_inline.txt", "edit_reference.txt"):
         (root / name).write_text("header\nvalue = alpha\nfooter\n")
+    for server in ("toolyard", "reference"):
+        d = root / f"pedit_{server}"
+        d.mkdir()
+        for k in range(EDIT_FILES):
+            (d / f"e_{k:02}.txt").write_text("header\nvalue = alpha\nfooter\n")
+
+
+def edit_call(server: str, prefix: str, k: int, n: int) -> tuple[str, dict]:
+    """The n-th edit of in-flight slot k's own file: alpha -> beta, then back."""
+    old, new = ("alpha", "beta") if n % 2 == 0 else ("beta", "alpha")
+    path = f"{prefix}pedit_{server}/e_{k:02}.txt"
+    if server == "reference":
+        return "edit_file", {"path": path, "edits": [{"oldText": old, "newText": new}]}
+    return "edit_file", {"path": path, "old_string": old, "new_string": new}
 
 
 class Server:
@@ -83,7 +99,9 @@ class Server:
 def servers(fixture: Path, state: Path, inline: bool = False) -> tuple[Server, Server]:
     edit = "edit_inline.txt" if inline else "edit_toolyard.txt"
     ours = Server("inline" if inline else "toolyard", toolyard_serve(fixture, state, inline), toolyard_env(state), {
-        "setup": [("read_file", {"path": edit})],
+        # Read before edit: every file this session edits.
+        "setup": [("read_file", {"path": edit})] + [
+            ("read_file", {"path": f"pedit_toolyard/e_{k:02}.txt"}) for k in range(0 if inline else EDIT_FILES)],
         "read": ("read_file", {"path": "file4k.txt"}),
         "list": ("list_directory", {"path": "dir50"}),
         "search": ("glob", {"pattern": "**/module_07.rs", "path": "search"}),
@@ -146,15 +164,19 @@ def per_call(srv: list[Server], iterations: int, warmup: int, tag: str = "lean")
     return out
 
 
-def pipelined(c: Lean, calls: list[tuple[str, dict]], inflight: int, seconds: float) -> float:
-    """Calls per second with `inflight` requests pipelined on one connection."""
+def pipelined(c: Lean, calls: list[tuple[str, dict]] | None, inflight: int, seconds: float) -> float:
+    """Calls per second with `inflight` requests pipelined on one connection (`None`: pings,
+    which a server answers at once: the most this client and transport carry)."""
     pending: set[int] = set()
     sent = 0
 
     def send_one() -> None:
         nonlocal sent
-        tool, args = calls[sent % len(calls)]
-        pending.add(c.send_request("tools/call", {"name": tool, "arguments": args}))
+        if calls is None:
+            pending.add(c.send_request("ping"))
+        else:
+            tool, args = calls[sent % len(calls)]
+            pending.add(c.send_request("tools/call", {"name": tool, "arguments": args}))
         sent += 1
 
     done = 0
@@ -168,7 +190,7 @@ def pipelined(c: Lean, calls: list[tuple[str, dict]], inflight: int, seconds: fl
         if rid not in pending:
             continue
         pending.discard(rid)
-        if "error" in reply or reply["result"].get("isError"):
+        if "error" in reply or (calls is not None and reply["result"].get("isError")):
             raise RuntimeError(f"pipelined call failed: {json.dumps(reply)[:300]}")
         done += 1
         if time.perf_counter() < deadline:
@@ -176,18 +198,59 @@ def pipelined(c: Lean, calls: list[tuple[str, dict]], inflight: int, seconds: fl
     return done / (time.perf_counter() - t0)
 
 
-def throughput(srv: list[Server], seconds: float) -> dict[str, dict[str, dict[str, float]]]:
+def pipelined_edits(c: Lean, server: str, prefix: str, done: list[int], inflight: int, seconds: float) -> float:
+    """Edits per second with `inflight` edits pipelined, each slot editing its own file and
+    sending its next edit only when its last one answered; `done` counts each slot's edits
+    across calls, so every edit finds the text the previous one left."""
+    slot_of: dict[int, int] = {}
+
+    def send(k: int) -> None:
+        tool, args = edit_call(server, prefix, k, done[k])
+        slot_of[c.send_request("tools/call", {"name": tool, "arguments": args})] = k
+
+    count = 0
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    for k in range(inflight):
+        send(k)
+    while slot_of:
+        reply = c.read_reply()
+        k = slot_of.pop(reply.get("id"), None)
+        if k is None:
+            continue
+        if "error" in reply or reply["result"].get("isError"):
+            raise RuntimeError(f"pipelined edit failed: {json.dumps(reply)[:300]}")
+        done[k] += 1
+        count += 1
+        if time.perf_counter() < deadline:
+            send(k)
+    return count / (time.perf_counter() - t0)
+
+
+def throughput(srv: list[Server], seconds: float, fixture: Path) -> dict[str, dict[str, dict[str, float]]]:
     clients = {s.name: s.start() for s in srv}
     out: dict[str, dict[str, dict[str, float]]] = {s.name: {} for s in srv}
+    edits = {s.name: [0] * EDIT_FILES for s in srv}
     for op in THROUGHPUT_OPS:
         for s in srv:
             out[s.name][op] = {}
         for n in INFLIGHT:
             for s in srv:
-                calls = s.op_calls(op)
-                pipelined(clients[s.name], calls, n, min(0.2, seconds))  # warm-up
-                out[s.name][op][str(n)] = pipelined(clients[s.name], calls, n, seconds)
+                c = clients[s.name]
+                if op == "edit":
+                    prefix = f"{fixture}/" if s.name == "reference" else ""
+                    run = lambda t: pipelined_edits(c, s.name, prefix, edits[s.name], n, t)  # noqa: E731
+                else:
+                    run = lambda t: pipelined(c, s.op_calls(op), n, t)  # noqa: E731
+                run(min(0.2, seconds))  # warm-up
+                out[s.name][op][str(n)] = run(seconds)
             log(f"mcp pipelined {op} x{n}: " + ", ".join(f"{s.name} {out[s.name][op][str(n)]:.0f}/s" for s in srv))
+    # The ceiling: pings answered at once, as many in flight as the most above.
+    n = max(INFLIGHT)
+    for s in srv:
+        pipelined(clients[s.name], None, n, min(0.2, seconds))
+        out[s.name]["ping"] = {str(n): pipelined(clients[s.name], None, n, seconds)}
+    log(f"mcp pipelined ping x{n}: " + ", ".join(f"{s.name} {out[s.name]['ping'][str(n)]:.0f}/s" for s in srv))
     for c in clients.values():
         c.close()
     return out
@@ -353,7 +416,7 @@ def run(iterations: int = 300, warmup: int = 20, sdk_iterations: int = 100, star
         # toolyard --inline takes its turn too: where toolyard's time goes, pair by pair.
         lean = per_call([ours, ref, ours_inline], iterations, warmup)
         data["lean"] = {"toolyard": lean["toolyard"], "reference": lean["reference"]}
-        data["pipelined"] = throughput(srv, seconds)
+        data["pipelined"] = throughput(srv, seconds, fixture)
         data["busy_read"] = busy_read(ours, iterations, warmup)
         log("mcp: the MCP layer alone (ping, unknown tool)")
         data["breakdown"] = layer(ours, iterations, warmup)
