@@ -1284,21 +1284,24 @@ fn store_content(
     read_err: &dyn Fn(io::Error) -> ToolError,
 ) -> Result<ContentHash, ToolError> {
     let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; CHUNK_SIZE];
+    // Grown to the content (up to a chunk), not a zeroed chunk per call: most files are small.
+    let mut buf = Vec::new();
     let mut total = 0u64;
     let mut seq = 0i64;
     let mut insert = tx
         .prepare_cached("INSERT INTO journal_chunks (change_id, seq, data) VALUES (?1, ?2, ?3)")
         .map_err(db_err)?;
     loop {
-        let n = read_full(file, &mut buf).map_err(read_err)?;
+        buf.clear();
+        let n = (&mut *file)
+            .take(CHUNK_SIZE as u64)
+            .read_to_end(&mut buf)
+            .map_err(read_err)?;
         if n == 0 {
             break;
         }
-        hasher.update(&buf[..n]);
-        insert
-            .execute(params![id.0, seq, &buf[..n]])
-            .map_err(db_err)?;
+        hasher.update(&buf);
+        insert.execute(params![id.0, seq, &buf]).map_err(db_err)?;
         total += n as u64;
         seq += 1;
     }
@@ -1309,20 +1312,6 @@ fn store_content(
     )
     .map_err(db_err)?;
     Ok(hash)
-}
-
-/// Read until `buf` is full or the reader ends; returns the bytes read.
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 /// Delete the oldest settled changes until the stored content fits `max` bytes; the newest
