@@ -314,6 +314,20 @@ pub struct Journal {
     owner_path: PathBuf,
 }
 
+impl<'a> From<&NewChange<'a>> for Pending<'a> {
+    fn from(change: &NewChange<'a>) -> Self {
+        Self {
+            session: change.session,
+            call_id: change.call_id,
+            tool: change.tool,
+            path: change.path,
+            new_hash: Some(change.new_hash),
+            undoes: None,
+            group: change.group,
+        }
+    }
+}
+
 /// What recording found at the path.
 struct Recorded {
     id: ChangeId,
@@ -359,18 +373,7 @@ impl Journal {
     /// the file be written: with `Expect::Hash` of the recorded `old_hash` (see [`Journal::get`]),
     /// or `Expect::Missing` when it did not exist.
     pub fn record(&self, ws: &Workspace, change: NewChange<'_>) -> Result<ChangeId, ToolError> {
-        let rec = self.record_pending(
-            ws,
-            Pending {
-                session: change.session,
-                call_id: change.call_id,
-                tool: change.tool,
-                path: change.path,
-                new_hash: Some(change.new_hash),
-                undoes: None,
-                group: change.group,
-            },
-        )?;
+        let rec = self.record_pending(ws, Pending::from(&change))?;
         Ok(rec.id)
     }
 
@@ -382,18 +385,7 @@ impl Journal {
         change: NewChange<'_>,
         pre: &PreImage<'_>,
     ) -> Result<ChangeId, ToolError> {
-        self.insert_preimage(
-            Pending {
-                session: change.session,
-                call_id: change.call_id,
-                tool: change.tool,
-                path: change.path,
-                new_hash: Some(change.new_hash),
-                undoes: None,
-                group: change.group,
-            },
-            pre,
-        )
+        self.insert_preimage(Pending::from(&change), pre)
     }
 
     /// Like [`Journal::record_removal`], with the previous content given as in
@@ -469,18 +461,7 @@ impl Journal {
         expect: &Expect,
         mode: Option<u32>,
     ) -> Result<(ChangeId, WriteOutcome), ToolError> {
-        let rec = self.record_pending(
-            ws,
-            Pending {
-                session: change.session,
-                call_id: change.call_id,
-                tool: change.tool,
-                path: change.path,
-                new_hash: Some(change.new_hash),
-                undoes: None,
-                group: change.group,
-            },
-        )?;
+        let rec = self.record_pending(ws, Pending::from(&change))?;
         // Check against what was recorded, not only at rename time: if the file changed and
         // changed back in between, the journal must still hold the content being replaced.
         let matches = match (expect, &rec.old_hash) {
