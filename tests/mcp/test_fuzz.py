@@ -19,11 +19,12 @@ ANSWER_WITHIN_S = 60
 
 
 class RawServer:
-    """`toolyard serve --inline` spoken to in raw lines."""
+    """`toolyard serve --inline` (or, with `inline=False`, with its runner lanes) spoken to in raw lines."""
 
-    def __init__(self, workspace: Path, state_dir: Path, extra: list[str] | None = None):
+    def __init__(self, workspace: Path, state_dir: Path, extra: list[str] | None = None, inline: bool = True):
         self.proc = subprocess.Popen(
-            [toolyard_bin(), "serve", "--inline", "--workspace", str(workspace), *(extra or [])],
+            [toolyard_bin(), "serve", *(["--inline"] if inline else []), "--workspace", str(workspace),
+             *(extra or [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -31,6 +31,7 @@
 //! assert_eq!(out.output, "hi");
 //! ```
 
+pub mod blocking;
 mod catalog;
 mod error;
 mod result;

@@ -38,9 +38,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
+    ContentBlock, GetMeta, Implementation, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
+    ServerJsonRpcMessage, ServerResult, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -169,6 +170,8 @@ pub struct ToolyardServer {
 /// the conformance fixtures need (log level, subscriptions).
 #[derive(Default)]
 struct ConnState {
+    /// The protocol version negotiated by `initialize`, once the client said `initialized`.
+    negotiated: std::sync::OnceLock<ProtocolVersion>,
     /// The dispatcher and the `Mcp-Session-Id` sessions this connection served.
     ended: std::sync::Mutex<Option<(Arc<Dispatcher>, HashSet<String>)>>,
     #[cfg(feature = "conformance")]
@@ -383,6 +386,12 @@ impl ServerHandler for ToolyardServer {
             ))
     }
 
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        if let Some(info) = context.peer.peer_info() {
+            let _ = self.state.negotiated.set(info.protocol_version.clone());
+        }
+    }
+
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(PROTOCOL_VERSIONS)
     }
@@ -525,8 +534,15 @@ pub async fn serve_stdio(dispatcher: Arc<Dispatcher>) -> Result<(), ServeError> 
     let server = ToolyardServer::new(dispatcher.clone());
     let session = server.session().to_string();
     tracing::info!(session = %session, "serving MCP over stdio");
-    let (input, output) = stdio::std_streams();
-    let (transport, pumps) = stdio::guarded(input, output);
+    let runtime = tokio::runtime::Handle::current();
+    let front = Arc::new(Prompt {
+        server: server.clone(),
+        runtime: runtime.clone(),
+    });
+    let (transport, writer) = stdio::guarded(runtime, front).map_err(|source| ServeError::Io {
+        context: "starting the stdio transport".into(),
+        source,
+    })?;
     let served = match server.serve(transport).await {
         Ok(running) => running
             .waiting()
@@ -543,11 +559,73 @@ pub async fn serve_stdio(dispatcher: Arc<Dispatcher>) -> Result<(), ServeError> 
     };
     // The client is gone: so are the processes it started.
     dispatcher.end_session(&session).await;
-    // The last replies (and the guard's own errors) reach stdout before we return.
-    let [reader, writer] = pumps;
-    reader.abort();
-    let _ = writer.await;
+    // The last replies reach stdout before we return.
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
     served
+}
+
+/// What the stdio transport's own threads answer without rmcp: a `ping`, and a call of a
+/// [prompt](Dispatcher::is_prompt) tool with no progress token, in a session started by
+/// `initialize` in an era before 2026-07-28 (whose results differ). That is exactly what rmcp
+/// would answer, without its tasks and their hand-offs between threads.
+struct Prompt {
+    server: ToolyardServer,
+    runtime: tokio::runtime::Handle,
+}
+
+impl stdio::Front for Prompt {
+    fn takes(&self, message: &ClientJsonRpcMessage) -> bool {
+        let Some(version) = self.server.state.negotiated.get() else {
+            return false;
+        };
+        let ClientJsonRpcMessage::Request(request) = message else {
+            return false;
+        };
+        let meta = request.request.get_meta();
+        if version.as_str() >= ProtocolVersion::V_2026_07_28.as_str()
+            || meta.get_progress_token().is_some()
+            || meta.protocol_version().is_some()
+        {
+            return false;
+        }
+        match &request.request {
+            ClientRequest::PingRequest(_) => true,
+            ClientRequest::CallToolRequest(call) => {
+                #[cfg(feature = "conformance")]
+                if self.server.shared.fixtures && fixtures::is_fixture_tool(&call.params.name) {
+                    return false;
+                }
+                self.server.shared.dispatcher.is_prompt(&call.params.name)
+            }
+            _ => false,
+        }
+    }
+
+    fn answer(&self, message: ClientJsonRpcMessage) -> ServerJsonRpcMessage {
+        let Some((request, id)) = message.into_request() else {
+            return ServerJsonRpcMessage::error(
+                McpError::internal_error("not a request: nothing to answer", None),
+                None,
+            );
+        };
+        let mut result = match request {
+            ClientRequest::CallToolRequest(call) => {
+                let call = call.params;
+                let tool = call.name.to_string();
+                let args = Value::Object(call.arguments.unwrap_or_default());
+                let request = CallRequest::new(self.server.session.clone(), tool.clone(), args);
+                let shared = &self.server.shared;
+                let result = shared.dispatcher.call_here(&self.runtime, request);
+                ServerResult::CallToolResult(to_call_result(
+                    result,
+                    shared.result_is_data.contains(&tool),
+                ))
+            }
+            _ => ServerResult::empty(()),
+        };
+        result.strip_result_type_for_legacy_peer();
+        ServerJsonRpcMessage::response(result, id)
+    }
 }
 
 /// A streamable HTTP server bound to its address, not yet serving.

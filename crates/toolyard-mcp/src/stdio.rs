@@ -8,11 +8,14 @@
 //! line over [`MAX_LINE_BYTES`]), with the request's id when it can be recovered, else null.
 //! The server's replies and the guard's own errors share one writer, line by line.
 
-use rmcp::model::ClientJsonRpcMessage;
+use std::io::{BufRead, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 /// The longest line accepted (a `write_file` of a large file is one line).
 pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
@@ -21,9 +24,11 @@ pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 const PIPE_BYTES: usize = 256 * 1024;
 
 /// What to do with one line from the client.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub(crate) enum Verdict {
-    /// Hand this line to rmcp.
+    /// A message rmcp reads (this line, or it with lone surrogates replaced), parsed.
+    Message(Vec<u8>, Box<ClientJsonRpcMessage>),
+    /// Hand this line to rmcp (valid JSON, not a message: rmcp answers it as it sees fit).
     Forward(Vec<u8>),
     /// Answer the client with this JSON-RPC error, do not hand anything on.
     Reply(Value),
@@ -37,17 +42,17 @@ pub(crate) fn judge(line: &[u8]) -> Verdict {
     if trimmed.is_empty() {
         return Verdict::Skip;
     }
-    if parses(trimmed) {
-        return Verdict::Forward(line.to_vec());
+    if let Some(message) = parse(trimmed) {
+        return Verdict::Message(line.to_vec(), message);
     }
     let error = match serde_json::from_slice::<Value>(trimmed) {
         Ok(value) => return judge_json(line, &value),
         Err(e) => e,
     };
     if let Some(fixed) = replace_lone_surrogates(trimmed)
-        && parses(&fixed)
+        && let Some(message) = parse(&fixed)
     {
-        return Verdict::Forward(fixed);
+        return Verdict::Message(fixed, message);
     }
     Verdict::Reply(error_reply(
         sniff_id(trimmed),
@@ -80,8 +85,8 @@ fn judge_json(line: &[u8], value: &Value) -> Verdict {
     }
 }
 
-fn parses(line: &[u8]) -> bool {
-    serde_json::from_slice::<ClientJsonRpcMessage>(line).is_ok()
+fn parse(line: &[u8]) -> Option<Box<ClientJsonRpcMessage>> {
+    serde_json::from_slice(line).ok()
 }
 
 fn error_reply(id: Option<Value>, code: i64, message: String) -> Value {
@@ -177,120 +182,269 @@ fn sniff_id(line: &[u8]) -> Option<Value> {
     None
 }
 
-/// This process's stdin and stdout for the transport. A pipe or a socket (what clients spawn
-/// servers with) is driven by the reactor directly; tokio's own stdin and stdout hand every
-/// read and write to a blocking-pool thread, two thread hand-offs per call. Anything else (a
-/// file, a terminal) keeps tokio's.
-pub(crate) fn std_streams() -> (
-    Box<dyn AsyncRead + Unpin + Send>,
-    Box<dyn AsyncWrite + Unpin + Send>,
-) {
-    let input = reactor_stream(0)
-        .map(|s| -> Box<dyn AsyncRead + Unpin + Send> {
-            match s {
-                Stream::Pipe(f) => match tokio::net::unix::pipe::Receiver::from_file(f) {
-                    Ok(r) => Box::new(r),
-                    Err(_) => Box::new(tokio::io::stdin()),
-                },
-                Stream::Socket(u) => Box::new(u),
-            }
-        })
-        .unwrap_or_else(|| Box::new(tokio::io::stdin()));
-    let output = reactor_stream(1)
-        .map(|s| -> Box<dyn AsyncWrite + Unpin + Send> {
-            match s {
-                Stream::Pipe(f) => match tokio::net::unix::pipe::Sender::from_file(f) {
-                    Ok(w) => Box::new(w),
-                    Err(_) => Box::new(tokio::io::stdout()),
-                },
-                Stream::Socket(u) => Box::new(u),
-            }
-        })
-        .unwrap_or_else(|| Box::new(tokio::io::stdout()));
-    (input, output)
+/// What the transport's own threads answer, without rmcp.
+pub(crate) trait Front: Send + Sync + 'static {
+    /// Whether `message` is one this answers.
+    fn takes(&self, message: &ClientJsonRpcMessage) -> bool;
+    /// The answer to a message [`Front::takes`].
+    fn answer(&self, message: ClientJsonRpcMessage) -> ServerJsonRpcMessage;
 }
 
-enum Stream {
-    Pipe(std::fs::File),
-    Socket(tokio::net::UnixStream),
-}
-
-/// A duplicate of `fd` when it is a pipe or a socket the reactor can drive.
-fn reactor_stream(fd: std::os::fd::RawFd) -> Option<Stream> {
-    use std::os::fd::{BorrowedFd, OwnedFd};
-    use std::os::unix::fs::FileTypeExt;
-    // SAFETY: 0 and 1 stay open for the life of the process; the borrow only lasts the dup.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-    let owned: OwnedFd = borrowed.try_clone_to_owned().ok()?;
-    let file = std::fs::File::from(owned);
-    let kind = file.metadata().ok()?.file_type();
-    if kind.is_fifo() {
-        Some(Stream::Pipe(file))
-    } else if kind.is_socket() {
-        let std = std::os::unix::net::UnixStream::from(OwnedFd::from(file));
-        std.set_nonblocking(true).ok()?;
-        tokio::net::UnixStream::from_std(std)
-            .ok()
-            .map(Stream::Socket)
-    } else {
-        None
-    }
-}
-
-/// The guarded stdio transport: the reader and writer rmcp serves on, and the two pump tasks
-/// (join them after the service ends so the last replies reach stdout).
+/// The guarded stdio transport over this process's stdin and stdout.
+///
+/// A *front thread* of its own reads stdin. Each line is judged; a message `front` takes (a
+/// ping, a read of a file) is answered on that thread and written to stdout at once: no
+/// hand-off between threads, so such a call costs one wake-up. When more lines are already
+/// waiting (a client with many calls in flight), it hands such messages to a few *call
+/// threads* instead, so they are answered on every core. Every other message goes to rmcp,
+/// whose replies a *writer thread* copies to stdout. All of them write whole lines under one
+/// lock. Blocking reads and writes happen only on these threads, never on the runtime's.
+///
+/// Returns the reader and writer rmcp serves on, and the writer thread (join it after the
+/// service ends, so the last replies reach stdout).
 pub(crate) fn guarded(
-    input: impl AsyncRead + Unpin + Send + 'static,
-    output: impl AsyncWrite + Unpin + Send + 'static,
-) -> ((DuplexStream, DuplexStream), [JoinHandle<()>; 2]) {
-    let (rmcp_in, mut feed) = tokio::io::duplex(PIPE_BYTES);
+    runtime: tokio::runtime::Handle,
+    front: Arc<dyn Front>,
+) -> std::io::Result<((DuplexStream, DuplexStream), std::thread::JoinHandle<()>)> {
+    let input = std::io::BufReader::with_capacity(64 * 1024, Fd::dup(0)?);
+    let out = Arc::new(Out(Mutex::new(Fd::dup(1)?)));
+    let (rmcp_in, feed) = tokio::io::duplex(PIPE_BYTES);
     let (rmcp_out, replies) = tokio::io::duplex(PIPE_BYTES);
-    let (errors_tx, errors_rx) = mpsc::channel::<Value>(64);
-    let reader = tokio::spawn(async move {
-        let mut input = BufReader::new(input);
+    let (lines_tx, mut lines_rx) = mpsc::channel::<Vec<u8>>(64);
+    runtime.spawn(pump_replies(replies, lines_tx));
+    let writer_out = out.clone();
+    let writer = std::thread::Builder::new()
+        .name("toolyard-stdout".into())
+        .spawn(move || {
+            while let Some(line) = lines_rx.blocking_recv() {
+                if writer_out.write_line(&line).is_err() {
+                    return;
+                }
+            }
+        })?;
+    let calls = CallThreads::start(front.clone(), out.clone())?;
+    std::thread::Builder::new()
+        .name("toolyard-stdin".into())
+        .spawn(move || {
+            let mut front = Reader {
+                feed,
+                out,
+                runtime,
+                front,
+                calls,
+            };
+            front.run(input);
+        })?;
+    Ok(((rmcp_in, rmcp_out), writer))
+}
+
+/// The front thread's state.
+struct Reader {
+    feed: DuplexStream,
+    out: Arc<Out>,
+    runtime: tokio::runtime::Handle,
+    front: Arc<dyn Front>,
+    calls: CallThreads,
+}
+
+impl Reader {
+    /// Read stdin line by line until it ends, answer what the front takes, hand the rest to
+    /// rmcp. Dropping `feed` at the end ends rmcp's input: the service finishes and stops.
+    fn run(&mut self, mut input: std::io::BufReader<Fd>) {
         let mut line = Vec::new();
         loop {
             line.clear();
-            match read_line_capped(&mut input, &mut line).await {
-                Ok(LineRead::Eof) => break,
-                Ok(LineRead::TooLong) => {
-                    let id = sniff_id(&line);
-                    let reply = error_reply(
-                        id,
-                        -32600,
-                        format!(
-                            "Invalid Request: a message longer than {MAX_LINE_BYTES} bytes; send \
-                             less per call (e.g. write a large file in parts)"
-                        ),
-                    );
-                    if errors_tx.send(reply).await.is_err() {
-                        break;
-                    }
-                }
+            let sent = match read_line_capped(&mut input, &mut line) {
+                Ok(LineRead::Eof) => return,
+                Ok(LineRead::TooLong) => self.out.write_value(&too_long(&line)),
                 Ok(LineRead::Line) => match judge(&line) {
-                    Verdict::Skip => {}
-                    Verdict::Reply(reply) => {
-                        if errors_tx.send(reply).await.is_err() {
-                            break;
+                    Verdict::Skip => continue,
+                    Verdict::Reply(reply) => self.out.write_value(&reply),
+                    Verdict::Message(text, message) if self.front.takes(&message) => {
+                        drop(text);
+                        if !input.buffer().is_empty() && self.calls.idle() {
+                            self.calls.send(*message)
+                        } else {
+                            self.out.write_answer(self.front.answer(*message))
                         }
                     }
-                    Verdict::Forward(mut ok) => {
-                        ok.push(b'\n');
-                        if feed.write_all(&ok).await.is_err() {
-                            break;
-                        }
-                    }
+                    Verdict::Message(text, _) | Verdict::Forward(text) => self.forward(text),
                 },
                 Err(e) => {
                     tracing::debug!(error = %e, "stdin closed");
-                    break;
+                    return;
+                }
+            };
+            if sent.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn forward(&mut self, mut text: Vec<u8>) -> std::io::Result<()> {
+        text.push(b'\n');
+        self.runtime.block_on(self.feed.write_all(&text))
+    }
+}
+
+/// Threads that answer what the front takes while the front thread reads on.
+struct CallThreads {
+    queue: std::sync::mpsc::SyncSender<ClientJsonRpcMessage>,
+    /// How many of them wait for work.
+    idle: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CallThreads {
+    fn start(front: Arc<dyn Front>, out: Arc<Out>) -> std::io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<ClientJsonRpcMessage>(256);
+        let rx = Arc::new(Mutex::new(rx));
+        let idle = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().clamp(2, 8) - 1);
+        for _ in 0..threads {
+            let (front, out, rx, idle) = (front.clone(), out.clone(), rx.clone(), idle.clone());
+            std::thread::Builder::new()
+                .name("toolyard-call".into())
+                .spawn(move || {
+                    loop {
+                        idle.fetch_add(1, Ordering::SeqCst);
+                        let next = match rx.lock() {
+                            Ok(rx) => rx.recv(),
+                            Err(_) => return,
+                        };
+                        idle.fetch_sub(1, Ordering::SeqCst);
+                        let Ok(message) = next else { return };
+                        if out.write_answer(front.answer(message)).is_err() {
+                            return;
+                        }
+                    }
+                })?;
+        }
+        Ok(Self { queue: tx, idle })
+    }
+
+    /// Whether one of them waits for work (else the front thread is better off answering).
+    fn idle(&self) -> bool {
+        self.idle.load(Ordering::SeqCst) > 0
+    }
+
+    fn send(&self, message: ClientJsonRpcMessage) -> std::io::Result<()> {
+        self.queue
+            .send(message)
+            .map_err(|_| std::io::ErrorKind::BrokenPipe.into())
+    }
+}
+
+/// The answer to a line longer than [`MAX_LINE_BYTES`] (`start` is its beginning).
+fn too_long(start: &[u8]) -> Value {
+    error_reply(
+        sniff_id(start),
+        -32600,
+        format!(
+            "Invalid Request: a message longer than {MAX_LINE_BYTES} bytes; send less per call \
+             (e.g. write a large file in parts)"
+        ),
+    )
+}
+
+/// Copy rmcp's reply lines to the writer thread.
+async fn pump_replies(replies: DuplexStream, lines: mpsc::Sender<Vec<u8>>) {
+    let mut replies = tokio::io::BufReader::new(replies);
+    loop {
+        let mut line = Vec::new();
+        match replies.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                if lines.send(line).await.is_err() {
+                    return;
                 }
             }
         }
-        // Dropping `feed` ends rmcp's input: the service finishes what it has and stops.
-    });
-    let writer = tokio::spawn(write_out(replies, errors_rx, output));
-    ((rmcp_in, rmcp_out), [reader, writer])
+    }
+}
+
+/// stdout, shared by the front thread and the writer thread.
+struct Out(Mutex<Fd>);
+
+impl Out {
+    /// Write one whole line (with its newline) before any other.
+    fn write_line(&self, line: &[u8]) -> std::io::Result<()> {
+        let mut fd = self.0.lock().map_err(|_| std::io::ErrorKind::BrokenPipe)?;
+        fd.write_all(line)
+    }
+
+    /// Write `value` as one line.
+    fn write_value(&self, value: &Value) -> std::io::Result<()> {
+        let mut text = value.to_string().into_bytes();
+        text.push(b'\n');
+        self.write_line(&text)
+    }
+
+    /// Write an answer of the front as one line.
+    fn write_answer(&self, answer: ServerJsonRpcMessage) -> std::io::Result<()> {
+        match serde_json::to_vec(&answer) {
+            Ok(mut text) => {
+                text.push(b'\n');
+                self.write_line(&text)
+            }
+            Err(e) => self.write_value(&error_reply(
+                None,
+                -32603,
+                format!("Internal error: the reply could not be encoded: {e}"),
+            )),
+        }
+    }
+}
+
+/// A duplicate of one of this process's standard descriptors, read and written as blocking
+/// even if the client handed it over non-blocking (then it waits in `poll`).
+struct Fd(std::fs::File);
+
+impl Fd {
+    fn dup(fd: std::os::fd::RawFd) -> std::io::Result<Self> {
+        use std::os::fd::BorrowedFd;
+        // SAFETY: 0 and 1 stay open for the life of the process; the borrow only lasts the dup.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        Ok(Self(std::fs::File::from(borrowed.try_clone_to_owned()?)))
+    }
+
+    /// Wait until the descriptor is ready for `events`.
+    fn wait(&self, events: nix::poll::PollFlags) {
+        use std::os::fd::AsFd;
+        let mut fds = [nix::poll::PollFd::new(self.0.as_fd(), events)];
+        let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE);
+    }
+}
+
+impl Read for Fd {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match self.0.read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.wait(nix::poll::PollFlags::POLLIN);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Write for Fd {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        loop {
+            match self.0.write(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.wait(nix::poll::PollFlags::POLLOUT);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 enum LineRead {
@@ -301,13 +455,10 @@ enum LineRead {
 
 /// Read one line into `buf` (without its newline); past [`MAX_LINE_BYTES`], keep only the
 /// start (for its id) and skip the rest of the line.
-async fn read_line_capped(
-    input: &mut (impl tokio::io::AsyncBufRead + Unpin),
-    buf: &mut Vec<u8>,
-) -> std::io::Result<LineRead> {
+fn read_line_capped(input: &mut impl BufRead, buf: &mut Vec<u8>) -> std::io::Result<LineRead> {
     let mut too_long = false;
     loop {
-        let chunk = input.fill_buf().await?;
+        let chunk = input.fill_buf()?;
         if chunk.is_empty() {
             return Ok(match (too_long, buf.is_empty()) {
                 (true, _) => LineRead::TooLong,
@@ -339,54 +490,6 @@ async fn read_line_capped(
     }
 }
 
-/// Copy rmcp's replies and the guard's errors to `output`, each a whole line.
-async fn write_out(
-    replies: DuplexStream,
-    mut errors: mpsc::Receiver<Value>,
-    mut output: impl AsyncWrite + Unpin,
-) {
-    let mut replies = BufReader::new(replies);
-    let mut line = Vec::new();
-    let mut replies_open = true;
-    loop {
-        line.clear();
-        tokio::select! {
-            read = replies.read_until(b'\n', &mut line), if replies_open => match read {
-                Ok(0) | Err(_) => replies_open = false,
-                Ok(_) => {
-                    if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
-                        return;
-                    }
-                }
-            },
-            error = errors.recv() => match error {
-                Some(reply) => {
-                    let mut text = reply.to_string().into_bytes();
-                    text.push(b'\n');
-                    if output.write_all(&text).await.is_err() || output.flush().await.is_err() {
-                        return;
-                    }
-                }
-                // The reader is gone; finish once rmcp's replies are all out.
-                None if replies_open => {
-                    while let Ok(n) = replies.read_until(b'\n', &mut line).await {
-                        if n == 0 || output.write_all(&line).await.is_err() {
-                            break;
-                        }
-                        line.clear();
-                    }
-                    let _ = output.flush().await;
-                    return;
-                }
-                None => return,
-            },
-        }
-        if !replies_open && errors.is_closed() && errors.is_empty() {
-            return;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,7 +497,13 @@ mod tests {
     #[test]
     fn a_valid_message_passes_unchanged() {
         let line = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-        assert_eq!(judge(line), Verdict::Forward(line.to_vec()));
+        match judge(line) {
+            Verdict::Message(text, message) => {
+                assert_eq!(text, line.to_vec());
+                assert!(matches!(*message, ClientJsonRpcMessage::Request(_)));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -412,7 +521,7 @@ mod tests {
     fn a_lone_surrogate_is_replaced_and_the_call_goes_on() {
         let line = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"a\ud800b"}}}"#;
         match judge(line) {
-            Verdict::Forward(fixed) => {
+            Verdict::Message(fixed, _) => {
                 let v: Value = serde_json::from_slice(&fixed).unwrap_or_default();
                 assert_eq!(v["params"]["arguments"]["path"], "a\u{fffd}b");
             }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use toolyard_core::blocking::on_blocking_thread;
 use toolyard_core::{
     Catalog, Lane, ProgressSink, ToolContext, ToolDefinition, ToolError, ToolResult, ToolSpec,
 };
@@ -352,8 +353,7 @@ impl Dispatcher {
             Ok(admitted) => admitted,
             Err(e) => return e.into(),
         };
-        let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        let call_id = format!("{}-{n}", std::process::id());
+        let call_id = self.next_call_id();
         if self.hooks.is_empty() {
             return self.execute(entry, req, call_id, limit).await;
         }
@@ -370,6 +370,50 @@ impl Dispatcher {
         self.hooks
             .around(&call, &cancel, self.execute(entry, req, call_id, limit))
             .await
+    }
+
+    /// Whether a call of `tool` may run on its transport's own thread ([`Self::call_here`]):
+    /// a file tool of bounded work ([`PROMPT_TOOLS`]) that runs in this process, and no hooks
+    /// around calls (they start processes).
+    pub fn is_prompt(&self, tool: &str) -> bool {
+        self.hooks.is_empty()
+            && layers::resolve(&self.tools, tool).is_ok_and(|e| {
+                PROMPT_TOOLS.contains(&e.engine) && in_server(e.engine, self.is_remote())
+            })
+    }
+
+    /// Run one call on the calling thread, which must not be a worker of `runtime` (a
+    /// transport's own thread): a [prompt](Self::is_prompt) call runs right here, with no
+    /// hand-off between threads; any other waits for [`Self::call`] on the runtime.
+    pub fn call_here(&self, runtime: &tokio::runtime::Handle, req: CallRequest) -> ToolResult {
+        if !self.is_prompt(&req.tool) {
+            return runtime.block_on(self.call(req));
+        }
+        let (entry, limit) = match self.admit(&req) {
+            Ok(admitted) => admitted,
+            Err(e) => return e.into(),
+        };
+        let call_id = self.next_call_id();
+        let spec = self.spec(entry.engine);
+        let cancel = req.cancel.clone();
+        let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
+        let bound = backstop(&ctx, limit);
+        let run = async {
+            tokio::select! {
+                r = entry.tool.invoke_checked(args, &ctx) => r.into(),
+                _ = cancel.cancelled() => ToolError::Cancelled.into(),
+                _ = tokio::time::sleep(bound) => {
+                    ToolError::Timeout { ms: bound.as_millis() as u64 }.into()
+                }
+            }
+        };
+        on_blocking_thread(|| runtime.block_on(run))
+    }
+
+    /// A fresh call id: this process's id and a counter.
+    fn next_call_id(&self) -> String {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", std::process::id())
     }
 
     /// The layers before a call runs, in the order it meets them: the tool, its setup, its
@@ -538,34 +582,24 @@ impl Dispatcher {
                 .submit_with(spec.lane, job, req.cancel, progress, mutating)
                 .await;
         }
-        let ctx = ToolContext {
-            workspace_root: self.env.workspace.root().to_path_buf(),
-            cwd: self.env.workspace.root().to_path_buf(),
-            session_id: req.session,
-            call_id,
-            cancel: req.cancel.clone(),
-            progress: req.progress.unwrap_or_else(|| Arc::new(|_| {})),
-            timeout: limit,
-            max_timeout: Duration::from_millis(spec.max_timeout_ms),
-            max_output_bytes: spec.max_output_bytes as usize,
-        };
-        // Tools run within `limit`; this backstop, past the longest wait a call may ask for,
-        // only catches a tool that hangs.
-        let bound = ctx.max_timeout.max(limit) + Duration::from_secs(5);
+        let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
+        let bound = backstop(&ctx, limit);
         let tool = entry.tool.clone();
         // File I/O, hashing and SQLite block: run the call on the blocking pool, so no async
         // thread (a ping, another session's call) ever waits behind it.
-        let cancel = req.cancel.clone();
+        let cancel = ctx.cancel.clone();
         let handle = tokio::runtime::Handle::current();
         let work = if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
             // This worker hands its other tasks over and runs the call itself: one thread
             // hand-off fewer than the blocking pool.
             tokio::spawn(async move {
-                tokio::task::block_in_place(|| handle.block_on(tool.invoke_checked(req.args, &ctx)))
+                tokio::task::block_in_place(|| {
+                    on_blocking_thread(|| handle.block_on(tool.invoke_checked(args, &ctx)))
+                })
             })
         } else {
             tokio::task::spawn_blocking(move || {
-                handle.block_on(tool.invoke_checked(req.args, &ctx))
+                on_blocking_thread(|| handle.block_on(tool.invoke_checked(args, &ctx)))
             })
         };
         tokio::select! {
@@ -577,6 +611,38 @@ impl Dispatcher {
             _ = tokio::time::sleep(bound) => ToolError::Timeout { ms: bound.as_millis() as u64 }.into(),
         }
     }
+}
+
+/// The file tools whose work is bounded by their result (one window of one file, two levels of
+/// one directory, both capped): a transport may run them on its own thread.
+const PROMPT_TOOLS: &[&str] = &["read_file", "list_directory"];
+
+/// The arguments and context of a call that runs in this process.
+fn local_call(
+    req: CallRequest,
+    spec: &ToolSpec,
+    call_id: String,
+    limit: Duration,
+    env: &ToolEnv,
+) -> (Value, ToolContext) {
+    let ctx = ToolContext {
+        workspace_root: env.workspace.root().to_path_buf(),
+        cwd: env.workspace.root().to_path_buf(),
+        session_id: req.session,
+        call_id,
+        cancel: req.cancel,
+        progress: req.progress.unwrap_or_else(|| Arc::new(|_| {})),
+        timeout: limit,
+        max_timeout: Duration::from_millis(spec.max_timeout_ms),
+        max_output_bytes: spec.max_output_bytes as usize,
+    };
+    (req.args, ctx)
+}
+
+/// How long an in-process call may take before it is abandoned: tools stop within `limit`
+/// themselves; this, past the longest wait a call may ask for, only catches one that hangs.
+fn backstop(ctx: &ToolContext, limit: Duration) -> Duration {
+    ctx.max_timeout.max(limit) + Duration::from_secs(5)
 }
 
 /// `d` in whole milliseconds, for the job protocol.

@@ -1,5 +1,6 @@
 //! `read_file`: seed 000's line-numbered view of a file, bounded and honest about cuts.
 
+use std::fmt::Write as _;
 use std::io::Read;
 use std::sync::Arc;
 
@@ -219,17 +220,24 @@ impl Windower {
             Some((cut, _)) => {
                 self.window.long_lines_cut = true;
                 let rest = chars.saturating_sub(MAX_LINE_CHARS);
-                format!("{}... [line cut: {rest} more characters]", &line[..cut])
+                std::borrow::Cow::Owned(format!(
+                    "{}... [line cut: {rest} more characters]",
+                    &line[..cut]
+                ))
             }
-            None => line.into_owned(),
+            None => line,
         };
-        let numbered = format!("{n:>6}|{shown}\n");
-        if !self.window.text.is_empty() && self.window.text.len() + numbered.len() > self.max_bytes
-        {
+        // `{n:>6}|{shown}\n`, written in place.
+        let digits = n.checked_ilog10().map_or(1, |d| d as usize + 1);
+        let numbered_len = digits.max(6) + shown.len() + 2;
+        let text = &mut self.window.text;
+        if !text.is_empty() && text.len() + numbered_len > self.max_bytes {
             self.window.capped = true;
             return;
         }
-        self.window.text.push_str(&numbered);
+        let _ = write!(text, "{n:>6}|");
+        text.push_str(&shown);
+        text.push('\n');
         self.window.last = n;
     }
 
@@ -296,7 +304,10 @@ impl TypedTool for ReadFile {
         // Stream the file: hash all of it for the ledger, keep only the lines shown.
         let mut hasher = blake3::Hasher::new();
         let mut windower = Windower::new(offset, limit, ctx.max_output_bytes);
-        let mut buf = vec![0u8; 256 * 1024];
+        // Sized to the file (a small file needs no 256 KiB buffer, zeroed and unmapped per call).
+        let size = file.metadata().map_or(u64::MAX, |m| m.len());
+        let mut buf =
+            vec![0u8; usize::try_from(size + 1).map_or(256 * 1024, |n| n.clamp(4096, 256 * 1024))];
         let mut bytes = 0u64;
         // The sniffed head starts the first chunk, so the text check sees a whole chunk.
         let mut carried = head_len;
@@ -334,7 +345,6 @@ impl TypedTool for ReadFile {
                 window.total_lines
             )));
         }
-        let mut out = window.text.clone();
         let mut notes = Vec::new();
         if window.lossy {
             notes.push(
@@ -347,6 +357,7 @@ impl TypedTool for ReadFile {
             ));
         }
         let next = (window.last < window.total_lines).then_some(window.last + 1);
+        let mut out = window.text;
         if let Some(next) = next {
             let why = if window.capped {
                 format!("output reached the {} byte limit", ctx.max_output_bytes)

@@ -41,13 +41,14 @@ pub fn tools(env: Arc<ToolEnv>) -> Vec<Arc<dyn Tool>> {
     ]
 }
 
-/// Run a blocking search on tokio's blocking pool so the async runtime keeps serving.
+/// Run a blocking search where it may block (see [`toolyard_core::blocking`]), so the async
+/// runtime keeps serving.
 pub(crate) async fn blocking<T, F>(f: F) -> Result<T, ToolError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, ToolError> + Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
+    toolyard_core::blocking::blocking(f)
         .await
         .map_err(|e| ToolError::Io(format!("search task failed: {e}")))?
 }
