@@ -1102,13 +1102,15 @@ impl Journal {
             let mut conn = db::lock(&self.conn);
             ensure_full_sync(&conn)?;
             let tx = immediate(&mut conn)?;
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO journal_changes
                  (session, call_id, tool, path, time, existed, old_mode, new_hash, status, undoes,
                   grp)
                  VALUES (?1, ?2, ?3, ?4, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?5, ?6, ?7,
                          'pending', ?8, ?9)",
-                params![
+            )
+            .and_then(|mut insert| {
+                insert.execute(params![
                     p.session,
                     p.call_id,
                     p.tool,
@@ -1118,8 +1120,8 @@ impl Journal {
                     p.new_hash,
                     p.undoes.map(|c| c.0),
                     p.group.map(|c| c.0),
-                ],
-            )
+                ])
+            })
             .map_err(db_err)?;
             let id = ChangeId(tx.last_insert_rowid());
             // A group is tagged on its first change only once a second one joins: a call that
@@ -1287,11 +1289,9 @@ fn store_content(
         seq += 1;
     }
     let hash = hasher.finalize().to_hex().to_string();
-    tx.execute(
-        "UPDATE journal_changes SET old_hash = ?2, old_bytes = ?3 WHERE id = ?1",
-        params![id.0, hash, to_sql_int(total)],
-    )
-    .map_err(db_err)?;
+    tx.prepare_cached("UPDATE journal_changes SET old_hash = ?2, old_bytes = ?3 WHERE id = ?1")
+        .and_then(|mut update| update.execute(params![id.0, hash, to_sql_int(total)]))
+        .map_err(db_err)?;
     Ok(hash)
 }
 
@@ -1375,7 +1375,7 @@ struct RelaxedSync {
 
 impl RelaxedSync {
     fn new(conn: &Connection) -> Self {
-        let relaxed = conn.pragma_update(None, "synchronous", "NORMAL").is_ok();
+        let relaxed = set_sync(conn, false).is_ok();
         Self { relaxed }
     }
 
@@ -1383,8 +1383,7 @@ impl RelaxedSync {
     /// ([`ensure_full_sync`] runs before each).
     fn restore(self, conn: &Connection) -> Result<(), ToolError> {
         if self.relaxed {
-            conn.pragma_update(None, "synchronous", "FULL")
-                .map_err(db_err)?;
+            set_sync(conn, true).map_err(db_err)?;
         }
         Ok(())
     }
@@ -1394,13 +1393,24 @@ impl RelaxedSync {
 /// relaxed commit could not.
 fn ensure_full_sync(conn: &Connection) -> Result<(), ToolError> {
     let level: i64 = conn
-        .pragma_query_value(None, "synchronous", |r| r.get(0))
+        .prepare_cached("PRAGMA synchronous")
+        .and_then(|mut query| query.query_row([], |r| r.get(0)))
         .map_err(db_err)?;
     if level < 2 {
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(db_err)?;
+        set_sync(conn, true).map_err(db_err)?;
     }
     Ok(())
+}
+
+/// `PRAGMA synchronous = FULL` (or `NORMAL`), prepared once per connection: every write sets
+/// it twice.
+fn set_sync(conn: &Connection, full: bool) -> rusqlite::Result<()> {
+    let sql = if full {
+        "PRAGMA synchronous = FULL"
+    } else {
+        "PRAGMA synchronous = NORMAL"
+    };
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 fn immediate(conn: &mut Connection) -> Result<Transaction<'_>, ToolError> {
@@ -1412,23 +1422,21 @@ fn immediate(conn: &mut Connection) -> Result<Transaction<'_>, ToolError> {
 
 fn status_of(tx: &Transaction<'_>, id: ChangeId) -> Result<(ChangeStatus, Option<i64>), ToolError> {
     let row: Option<(String, Option<i64>)> = tx
-        .query_row(
-            "SELECT status, undoes FROM journal_changes WHERE id = ?1",
-            params![id.0],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
+        .prepare_cached("SELECT status, undoes FROM journal_changes WHERE id = ?1")
+        .and_then(|mut select| {
+            select
+                .query_row(params![id.0], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
         .map_err(db_err)?;
     let (status, undoes) = row.ok_or_else(|| not_found(id))?;
     Ok((status.parse()?, undoes))
 }
 
 fn set_status(tx: &Transaction<'_>, id: ChangeId, status: ChangeStatus) -> Result<(), ToolError> {
-    tx.execute(
-        "UPDATE journal_changes SET status = ?2 WHERE id = ?1",
-        params![id.0, status.as_str()],
-    )
-    .map_err(db_err)?;
+    tx.prepare_cached("UPDATE journal_changes SET status = ?2 WHERE id = ?1")
+        .and_then(|mut update| update.execute(params![id.0, status.as_str()]))
+        .map_err(db_err)?;
     Ok(())
 }
 
@@ -1587,6 +1595,23 @@ mod tests {
         assert_eq!(serde_json::to_string(&ChangeId(3)).unwrap(), "3");
         let e = "abc".parse::<ChangeId>().unwrap_err();
         assert_eq!(e.kind(), "invalid_arguments");
+    }
+
+    #[test]
+    fn the_sync_level_is_relaxed_for_one_commit_and_restored() {
+        let conn = Connection::open_in_memory().unwrap();
+        let level = |c: &Connection| -> i64 {
+            c.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap()
+        };
+        set_sync(&conn, true).unwrap();
+        assert_eq!(level(&conn), 2, "FULL");
+        let relaxed = RelaxedSync::new(&conn);
+        assert_eq!(level(&conn), 1, "NORMAL while relaxed");
+        relaxed.restore(&conn).unwrap();
+        assert_eq!(level(&conn), 2, "FULL again");
+        set_sync(&conn, false).unwrap();
+        ensure_full_sync(&conn).unwrap();
+        assert_eq!(level(&conn), 2, "a record never commits below FULL");
     }
 
     #[test]
