@@ -226,14 +226,19 @@ pub(crate) fn guarded(
     std::thread::Builder::new()
         .name("toolyard-stdin".into())
         .spawn(move || {
-            let mut front = Reader {
+            let mut reader = Reader {
                 feed,
                 out,
                 runtime,
                 front,
-                calls,
+                calls: Some(calls),
             };
-            front.run(input);
+            reader.run(input);
+            // Every answer is out before rmcp's input ends (when `reader` drops `feed`), so
+            // before the server exits.
+            if let Some(calls) = reader.calls.take() {
+                calls.finish();
+            }
         })?;
     Ok(((rmcp_in, rmcp_out), writer))
 }
@@ -244,7 +249,7 @@ struct Reader {
     out: Arc<Out>,
     runtime: tokio::runtime::Handle,
     front: Arc<dyn Front>,
-    calls: CallThreads,
+    calls: Option<CallThreads>,
 }
 
 impl Reader {
@@ -262,10 +267,11 @@ impl Reader {
                     Verdict::Reply(reply) => self.out.write_value(&reply),
                     Verdict::Message(text, message) if self.front.takes(&message) => {
                         drop(text);
-                        if !input.buffer().is_empty() && self.calls.idle() {
-                            self.calls.send(*message)
-                        } else {
-                            self.out.write_answer(self.front.answer(*message))
+                        match &self.calls {
+                            Some(calls) if !input.buffer().is_empty() && calls.idle() => {
+                                calls.send(*message)
+                            }
+                            _ => self.out.write_answer(answer(&*self.front, *message)),
                         }
                     }
                     Verdict::Message(text, _) | Verdict::Forward(text) => self.forward(text),
@@ -292,6 +298,7 @@ struct CallThreads {
     queue: std::sync::mpsc::SyncSender<ClientJsonRpcMessage>,
     /// How many of them wait for work.
     idle: Arc<std::sync::atomic::AtomicUsize>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl CallThreads {
@@ -299,10 +306,11 @@ impl CallThreads {
         let (tx, rx) = std::sync::mpsc::sync_channel::<ClientJsonRpcMessage>(256);
         let rx = Arc::new(Mutex::new(rx));
         let idle = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().clamp(2, 8) - 1);
-        for _ in 0..threads {
+        let count = std::thread::available_parallelism().map_or(1, |n| n.get().clamp(2, 8) - 1);
+        let mut threads = Vec::with_capacity(count);
+        for _ in 0..count {
             let (front, out, rx, idle) = (front.clone(), out.clone(), rx.clone(), idle.clone());
-            std::thread::Builder::new()
+            let thread = std::thread::Builder::new()
                 .name("toolyard-call".into())
                 .spawn(move || {
                     loop {
@@ -313,13 +321,26 @@ impl CallThreads {
                         };
                         idle.fetch_sub(1, Ordering::SeqCst);
                         let Ok(message) = next else { return };
-                        if out.write_answer(front.answer(message)).is_err() {
+                        if out.write_answer(answer(&*front, message)).is_err() {
                             return;
                         }
                     }
                 })?;
+            threads.push(thread);
         }
-        Ok(Self { queue: tx, idle })
+        Ok(Self {
+            queue: tx,
+            idle,
+            threads,
+        })
+    }
+
+    /// Answer what is queued, then stop.
+    fn finish(self) {
+        drop(self.queue);
+        for thread in self.threads {
+            let _ = thread.join();
+        }
     }
 
     /// Whether one of them waits for work (else the front thread is better off answering).
@@ -332,6 +353,26 @@ impl CallThreads {
             .send(message)
             .map_err(|_| std::io::ErrorKind::BrokenPipe.into())
     }
+}
+
+/// `front`'s answer to `message`; a panic in the tool becomes an error answer to its request,
+/// not a thread gone (the transport would stop reading, and the client wait for ever).
+fn answer(front: &dyn Front, message: ClientJsonRpcMessage) -> ServerJsonRpcMessage {
+    let id = match &message {
+        ClientJsonRpcMessage::Request(request) => Some(request.id.clone()),
+        _ => None,
+    };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| front.answer(message))).unwrap_or_else(
+        |_| {
+            ServerJsonRpcMessage::error(
+                rmcp::ErrorData::internal_error(
+                    "the call failed inside Toolyard (a bug: please report it); the server goes on",
+                    None,
+                ),
+                id,
+            )
+        },
+    )
 }
 
 /// The answer to a line longer than [`MAX_LINE_BYTES`] (`start` is its beginning).
@@ -560,6 +601,26 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_panicking_answer_is_an_error_to_its_request() {
+        struct Panics;
+        impl Front for Panics {
+            fn takes(&self, _: &ClientJsonRpcMessage) -> bool {
+                true
+            }
+            fn answer(&self, _: ClientJsonRpcMessage) -> ServerJsonRpcMessage {
+                panic!("a tool bug")
+            }
+        }
+        let line = br#"{"jsonrpc":"2.0","id":"q","method":"ping"}"#;
+        let Verdict::Message(_, message) = judge(line) else {
+            panic!("a ping is a message");
+        };
+        let reply = serde_json::to_value(answer(&Panics, *message)).unwrap_or_default();
+        assert_eq!(reply["id"], "q");
+        assert_eq!(reply["error"]["code"], -32603);
     }
 
     #[test]
