@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import subprocess
 import time
@@ -64,6 +65,28 @@ def test_the_front_thread_answers_what_rmcp_would(workspace: Path, state_dir: Pa
         via_rmcp = server.wait_for({f"rmcp{k}"}, time.monotonic() + ANSWER_WITHIN_S)[f"rmcp{k}"]
         assert "result" in front, front
         assert front["result"] == via_rmcp["result"], (tool, args)
+    # Small writes too: the same edit made by each path (and undone between) reads the same,
+    # but for the journal's change numbers.
+    (workspace / "e.txt").write_text("alpha\n")
+    server.send(call("pre", "read_file", {"path": "e.txt"}))
+    server.wait_for({"pre"}, time.monotonic() + ANSWER_WITHIN_S)
+    forward = {"path": "e.txt", "old_string": "alpha", "new_string": "beta"}
+    back = {"path": "e.txt", "old_string": "beta", "new_string": "alpha"}
+    answers = {}
+    for rid, args, meta in [("f1", forward, None), ("b1", back, {"progressToken": "b"}),
+                            ("r1", forward, {"progressToken": "r"}), ("b2", back, None),
+                            ("w1", {"path": "new.txt", "content": "x\n"}, None),
+                            ("missing", {"path": "nope.txt", "old_string": "a", "new_string": "b"}, None)]:
+        tool = "write_file" if "content" in args else "edit_file"
+        server.send(call(rid, tool, args, meta))
+        answers[rid] = server.wait_for({rid}, time.monotonic() + ANSWER_WITHIN_S)[rid]["result"]
+    digits = re.compile(r"\d+")
+    assert digits.sub("N", json.dumps(answers["f1"])) == digits.sub("N", json.dumps(answers["r1"]))
+    assert digits.sub("N", json.dumps(answers["b1"])) == digits.sub("N", json.dumps(answers["b2"]))
+    assert not answers["f1"].get("isError") and not answers["w1"].get("isError")
+    assert answers["missing"].get("isError")
+    assert (workspace / "e.txt").read_text() == "alpha\n"
+    assert (workspace / "new.txt").read_text() == "x\n"
     server.send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})
     assert server.wait_for({"ping"}, time.monotonic() + ANSWER_WITHIN_S)["ping"]["result"] == {}
     server.close()

@@ -595,7 +595,11 @@ impl stdio::Front for Prompt {
                 if self.server.shared.fixtures && fixtures::is_fixture_tool(&call.params.name) {
                     return false;
                 }
-                self.server.shared.dispatcher.is_prompt(&call.params.name)
+                let args = call.params.arguments.as_ref();
+                self.server
+                    .shared
+                    .dispatcher
+                    .is_prompt(&call.params.name, args)
             }
             _ => false,
         }

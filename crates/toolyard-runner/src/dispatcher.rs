@@ -372,21 +372,50 @@ impl Dispatcher {
             .await
     }
 
-    /// Whether a call of `tool` may run on its transport's own thread ([`Self::call_here`]):
-    /// a file tool of bounded work ([`PROMPT_TOOLS`]) that runs in this process, and no hooks
-    /// around calls (they start processes).
-    pub fn is_prompt(&self, tool: &str) -> bool {
-        self.hooks.is_empty()
-            && layers::resolve(&self.tools, tool).is_ok_and(|e| {
-                PROMPT_TOOLS.contains(&e.engine) && in_server(e.engine, self.is_remote())
-            })
+    /// Whether a call of `tool` with `args` may run on its transport's own thread
+    /// ([`Self::call_here`]): a file tool that runs in this process, with no hooks around calls
+    /// (they start processes), whose work is bounded by its output cap ([`PROMPT_TOOLS`]) or
+    /// is a small write ([`SMALL_WRITES`]: the file at its path argument and every string
+    /// argument at most [`SMALL_WRITE_BYTES`]; a 50 MB edit goes to the runtime's threads).
+    pub fn is_prompt(&self, tool: &str, args: Option<&serde_json::Map<String, Value>>) -> bool {
+        if !self.hooks.is_empty() {
+            return false;
+        }
+        let Ok(entry) = layers::resolve(&self.tools, tool) else {
+            return false;
+        };
+        if !in_server(entry.engine, self.is_remote()) {
+            return false;
+        }
+        if PROMPT_TOOLS.contains(&entry.engine) {
+            return true;
+        }
+        SMALL_WRITES.contains(&entry.engine) && args.is_some_and(|a| self.is_small_write(a))
+    }
+
+    /// Whether `args` name a file of at most [`SMALL_WRITE_BYTES`] (or none yet) and carry no
+    /// longer string.
+    fn is_small_write(&self, args: &serde_json::Map<String, Value>) -> bool {
+        let small = |v: &Value| v.as_str().is_none_or(|s| s.len() <= SMALL_WRITE_BYTES);
+        let Some(path) = ["path", "file_path"]
+            .iter()
+            .find_map(|k| args.get(*k).and_then(Value::as_str))
+        else {
+            return false;
+        };
+        let ws = &self.env.workspace;
+        args.values().all(small)
+            && ws
+                .locate(path, ws.root())
+                .and_then(|rel| ws.metadata(&rel))
+                .is_ok_and(|m| m.is_none_or(|m| m.len() <= SMALL_WRITE_BYTES as u64))
     }
 
     /// Run one call on the calling thread, which must not be a worker of `runtime` (a
     /// transport's own thread): a [prompt](Self::is_prompt) call runs right here, with no
     /// hand-off between threads; any other waits for [`Self::call`] on the runtime.
     pub fn call_here(&self, runtime: &tokio::runtime::Handle, req: CallRequest) -> ToolResult {
-        if !self.is_prompt(&req.tool) {
+        if !self.is_prompt(&req.tool, req.args.as_object()) {
             return runtime.block_on(self.call(req));
         }
         let (entry, limit) = match self.admit(&req) {
@@ -616,6 +645,13 @@ impl Dispatcher {
 /// The file tools whose work is bounded by their result (one window of one file, two levels of
 /// one directory, both capped): a transport may run them on its own thread.
 const PROMPT_TOOLS: &[&str] = &["read_file", "list_directory"];
+
+/// The file tools that may run on a transport's own thread when what they write is small.
+const SMALL_WRITES: &[&str] = &["edit_file", "write_file"];
+
+/// The largest file, and argument, of a write that runs on a transport's own thread: one that
+/// takes well under a millisecond, so a ping behind it is not held up.
+const SMALL_WRITE_BYTES: usize = 256 * 1024;
 
 /// The arguments and context of a call that runs in this process.
 fn local_call(
