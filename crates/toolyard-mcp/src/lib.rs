@@ -574,7 +574,7 @@ struct Prompt {
 }
 
 impl stdio::Front for Prompt {
-    fn takes(&self, message: &ClientJsonRpcMessage) -> bool {
+    fn takes(&self, message: &ClientJsonRpcMessage, alone: bool) -> bool {
         let Some(version) = self.server.state.negotiated.get() else {
             return false;
         };
@@ -599,7 +599,7 @@ impl stdio::Front for Prompt {
                 self.server
                     .shared
                     .dispatcher
-                    .is_prompt(&call.params.name, args)
+                    .is_prompt(&call.params.name, args, alone)
             }
             _ => false,
         }

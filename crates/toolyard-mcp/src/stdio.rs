@@ -184,8 +184,8 @@ fn sniff_id(line: &[u8]) -> Option<Value> {
 
 /// What the transport's own threads answer, without rmcp.
 pub(crate) trait Front: Send + Sync + 'static {
-    /// Whether `message` is one this answers.
-    fn takes(&self, message: &ClientJsonRpcMessage) -> bool;
+    /// Whether `message` is one this answers; `alone` when no other line is waiting.
+    fn takes(&self, message: &ClientJsonRpcMessage, alone: bool) -> bool;
     /// The answer to a message [`Front::takes`].
     fn answer(&self, message: ClientJsonRpcMessage) -> ServerJsonRpcMessage;
 }
@@ -265,7 +265,9 @@ impl Reader {
                 Ok(LineRead::Line) => match judge(&line) {
                     Verdict::Skip => continue,
                     Verdict::Reply(reply) => self.out.write_value(&reply),
-                    Verdict::Message(text, message) if self.front.takes(&message) => {
+                    Verdict::Message(text, message)
+                        if self.front.takes(&message, input.buffer().is_empty()) =>
+                    {
                         drop(text);
                         match &self.calls {
                             Some(calls) if !input.buffer().is_empty() && calls.idle() => {
@@ -607,7 +609,7 @@ mod tests {
     fn a_panicking_answer_is_an_error_to_its_request() {
         struct Panics;
         impl Front for Panics {
-            fn takes(&self, _: &ClientJsonRpcMessage) -> bool {
+            fn takes(&self, _: &ClientJsonRpcMessage, _: bool) -> bool {
                 true
             }
             fn answer(&self, _: ClientJsonRpcMessage) -> ServerJsonRpcMessage {

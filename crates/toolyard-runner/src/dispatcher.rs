@@ -374,10 +374,17 @@ impl Dispatcher {
 
     /// Whether a call of `tool` with `args` may run on its transport's own thread
     /// ([`Self::call_here`]): a file tool that runs in this process, with no hooks around calls
-    /// (they start processes), whose work is bounded by its output cap ([`PROMPT_TOOLS`]) or
-    /// is a small write ([`SMALL_WRITES`]: the file at its path argument and every string
-    /// argument at most [`SMALL_WRITE_BYTES`]; a 50 MB edit goes to the runtime's threads).
-    pub fn is_prompt(&self, tool: &str, args: Option<&serde_json::Map<String, Value>>) -> bool {
+    /// (they start processes), whose work is bounded by its output cap ([`PROMPT_TOOLS`]) or,
+    /// when the call is `alone` (the client has nothing else waiting), a small write
+    /// ([`SMALL_WRITES`]: the file at its path argument and every string argument at most
+    /// [`SMALL_WRITE_BYTES`]). A 50 MB edit goes to the runtime's threads, and so do writes in
+    /// flight together, whose fsyncs overlap there.
+    pub fn is_prompt(
+        &self,
+        tool: &str,
+        args: Option<&serde_json::Map<String, Value>>,
+        alone: bool,
+    ) -> bool {
         if !self.hooks.is_empty() {
             return false;
         }
@@ -390,7 +397,9 @@ impl Dispatcher {
         if PROMPT_TOOLS.contains(&entry.engine) {
             return true;
         }
-        SMALL_WRITES.contains(&entry.engine) && args.is_some_and(|a| self.is_small_write(a))
+        alone
+            && SMALL_WRITES.contains(&entry.engine)
+            && args.is_some_and(|a| self.is_small_write(a))
     }
 
     /// Whether `args` name a file of at most [`SMALL_WRITE_BYTES`] (or none yet) and carry no
@@ -415,7 +424,7 @@ impl Dispatcher {
     /// transport's own thread): a [prompt](Self::is_prompt) call runs right here, with no
     /// hand-off between threads; any other waits for [`Self::call`] on the runtime.
     pub fn call_here(&self, runtime: &tokio::runtime::Handle, req: CallRequest) -> ToolResult {
-        if !self.is_prompt(&req.tool, req.args.as_object()) {
+        if !self.is_prompt(&req.tool, req.args.as_object(), true) {
             return runtime.block_on(self.call(req));
         }
         let (entry, limit) = match self.admit(&req) {
