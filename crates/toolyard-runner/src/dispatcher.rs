@@ -433,19 +433,10 @@ impl Dispatcher {
         };
         let call_id = self.next_call_id();
         let spec = self.spec(entry.engine);
-        let cancel = req.cancel.clone();
         let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
         let bound = backstop(&ctx, limit);
-        let run = async {
-            tokio::select! {
-                r = entry.tool.invoke_checked(args, &ctx) => r.into(),
-                _ = cancel.cancelled() => ToolError::Cancelled.into(),
-                _ = tokio::time::sleep(bound) => {
-                    ToolError::Timeout { ms: bound.as_millis() as u64 }.into()
-                }
-            }
-        };
-        on_blocking_thread(|| runtime.block_on(run))
+        let run = async { entry.tool.invoke_checked(args, &ctx).await.into() };
+        on_blocking_thread(|| runtime.block_on(settle(run, &ctx.cancel, bound)))
     }
 
     /// A fresh call id: this process's id and a counter.
@@ -623,8 +614,8 @@ impl Dispatcher {
         let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
         let bound = backstop(&ctx, limit);
         let tool = entry.tool.clone();
-        // File I/O, hashing and SQLite block: run the call on the blocking pool, so no async
-        // thread (a ping, another session's call) ever waits behind it.
+        // File I/O, hashing and SQLite block: run the call on a thread that may block, so no
+        // async thread (a ping, another session's call) ever waits behind it.
         let cancel = ctx.cancel.clone();
         let handle = tokio::runtime::Handle::current();
         let work = if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
@@ -640,14 +631,13 @@ impl Dispatcher {
                 on_blocking_thread(|| handle.block_on(tool.invoke_checked(args, &ctx)))
             })
         };
-        tokio::select! {
-            r = work => match r {
+        let joined = async {
+            match work.await {
                 Ok(r) => r.into(),
                 Err(e) => ToolError::Io(format!("the call failed: {e}")).into(),
-            },
-            _ = cancel.cancelled() => ToolError::Cancelled.into(),
-            _ = tokio::time::sleep(bound) => ToolError::Timeout { ms: bound.as_millis() as u64 }.into(),
-        }
+            }
+        };
+        settle(joined, &cancel, bound).await
     }
 }
 
@@ -688,6 +678,19 @@ fn local_call(
 /// themselves; this, past the longest wait a call may ask for, only catches one that hangs.
 fn backstop(ctx: &ToolContext, limit: Duration) -> Duration {
     ctx.max_timeout.max(limit) + Duration::from_secs(5)
+}
+
+/// `work`'s result, unless `cancel` fires or `bound` passes first.
+async fn settle(
+    work: impl std::future::Future<Output = ToolResult>,
+    cancel: &CancellationToken,
+    bound: Duration,
+) -> ToolResult {
+    tokio::select! {
+        r = work => r,
+        _ = cancel.cancelled() => ToolError::Cancelled.into(),
+        _ = tokio::time::sleep(bound) => ToolError::Timeout { ms: millis(bound) }.into(),
+    }
 }
 
 /// `d` in whole milliseconds, for the job protocol.
