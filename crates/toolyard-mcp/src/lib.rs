@@ -539,10 +539,13 @@ pub async fn serve_stdio(dispatcher: Arc<Dispatcher>) -> Result<(), ServeError> 
         server: server.clone(),
         runtime: runtime.clone(),
     });
-    let (transport, writer) = stdio::guarded(runtime, front).map_err(|source| ServeError::Io {
-        context: "starting the stdio transport".into(),
-        source,
-    })?;
+    let (transport, writer) = stdio::Fd::dup(0)
+        .and_then(|input| Ok((input, stdio::Fd::dup(1)?)))
+        .and_then(|(input, output)| stdio::guarded(runtime, front, input, output))
+        .map_err(|source| ServeError::Io {
+            context: "starting the stdio transport".into(),
+            source,
+        })?;
     let served = match server.serve(transport).await {
         Ok(running) => running
             .waiting()

@@ -190,24 +190,27 @@ pub(crate) trait Front: Send + Sync + 'static {
     fn answer(&self, message: ClientJsonRpcMessage) -> ServerJsonRpcMessage;
 }
 
-/// The guarded stdio transport over this process's stdin and stdout.
+/// The guarded stdio transport over `input` and `output` (this process's stdin and stdout).
 ///
-/// A *front thread* of its own reads stdin. Each line is judged; a message `front` takes (a
-/// ping, a read of a file) is answered on that thread and written to stdout at once: no
-/// hand-off between threads, so such a call costs one wake-up. When more lines are already
-/// waiting (a client with many calls in flight), it hands such messages to a few *call
-/// threads* instead, so they are answered on every core. Every other message goes to rmcp,
-/// whose replies a *writer thread* copies to stdout. All of them write whole lines under one
-/// lock. Blocking reads and writes happen only on these threads, never on the runtime's.
+/// A *front thread* of its own reads `input`. Each line is judged; a message `front` takes (a
+/// ping, a read of a file) is answered on that thread and written out at once: no hand-off
+/// between threads, so such a call costs one wake-up. When more lines are already waiting (a
+/// client with many calls in flight), it hands such messages to a few *call threads* instead,
+/// so they are answered on every core. Every other message goes to rmcp, whose replies a
+/// *writer thread* copies out. All of them write whole lines under one lock. Blocking reads
+/// and writes happen only on these threads, never on the runtime's. Should a call on the front
+/// thread not return (a file system that hangs), another front thread takes over the reading
+/// after [`TAKE_OVER_AFTER`]: one stuck call never stops the others being answered.
 ///
 /// Returns the reader and writer rmcp serves on, and the writer thread (join it after the
 /// service ends, so the last replies reach stdout).
 pub(crate) fn guarded(
     runtime: tokio::runtime::Handle,
     front: Arc<dyn Front>,
+    input: Fd,
+    output: Fd,
 ) -> std::io::Result<((DuplexStream, DuplexStream), std::thread::JoinHandle<()>)> {
-    let input = std::io::BufReader::with_capacity(64 * 1024, Fd::dup(0)?);
-    let out = Arc::new(Out(Mutex::new(Fd::dup(1)?)));
+    let out = Arc::new(Out(Mutex::new(output)));
     let (rmcp_in, feed) = tokio::io::duplex(PIPE_BYTES);
     let (rmcp_out, replies) = tokio::io::duplex(PIPE_BYTES);
     let (lines_tx, mut lines_rx) = mpsc::channel::<Vec<u8>>(64);
@@ -223,75 +226,184 @@ pub(crate) fn guarded(
             }
         })?;
     let calls = CallThreads::start(front.clone(), out.clone())?;
+    let door = Arc::new(Door {
+        input: Mutex::new(std::io::BufReader::with_capacity(64 * 1024, input)),
+        feed: Mutex::new(feed),
+        out,
+        runtime,
+        front,
+        calls: Some(calls),
+        free: std::sync::atomic::AtomicUsize::new(1),
+        all_busy_since: Mutex::new(None),
+        ended: (Mutex::new(false), std::sync::Condvar::new()),
+    });
+    door.clone().spawn_reader()?;
     std::thread::Builder::new()
-        .name("toolyard-stdin".into())
-        .spawn(move || {
-            let mut reader = Reader {
-                feed,
-                out,
-                runtime,
-                front,
-                calls: Some(calls),
-            };
-            reader.run(input);
-            // Every answer is out before rmcp's input ends (when `reader` drops `feed`), so
-            // before the server exits.
-            if let Some(calls) = reader.calls.take() {
-                calls.finish();
-            }
-        })?;
+        .name("toolyard-watch".into())
+        .spawn(move || door.watch())?;
     Ok(((rmcp_in, rmcp_out), writer))
 }
 
-/// The front thread's state.
-struct Reader {
-    feed: DuplexStream,
+/// How long every front thread may be inside a call before another one takes over reading.
+pub(crate) const TAKE_OVER_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The front door: what its front threads share.
+struct Door {
+    input: Mutex<std::io::BufReader<Fd>>,
+    feed: Mutex<DuplexStream>,
     out: Arc<Out>,
     runtime: tokio::runtime::Handle,
     front: Arc<dyn Front>,
     calls: Option<CallThreads>,
+    /// Front threads reading, not inside a call of their own.
+    free: std::sync::atomic::AtomicUsize,
+    /// Since when no front thread is free.
+    all_busy_since: Mutex<Option<std::time::Instant>>,
+    /// Whether the input ended, and the watcher's wake-up.
+    ended: (Mutex<bool>, std::sync::Condvar),
 }
 
-impl Reader {
-    /// Read stdin line by line until it ends, answer what the front takes, hand the rest to
-    /// rmcp. Dropping `feed` at the end ends rmcp's input: the service finishes and stops.
-    fn run(&mut self, mut input: std::io::BufReader<Fd>) {
+impl Drop for Door {
+    /// Every answer is out before rmcp's input ends (when `feed` drops), so before the server
+    /// exits.
+    fn drop(&mut self) {
+        if let Some(calls) = self.calls.take() {
+            calls.finish();
+        }
+    }
+}
+
+impl Door {
+    fn spawn_reader(self: Arc<Self>) -> std::io::Result<()> {
+        std::thread::Builder::new()
+            .name("toolyard-stdin".into())
+            .spawn(move || self.read())
+            .map(|_| ())
+    }
+
+    /// Read line by line until the input ends, answer what the front takes, hand the rest to
+    /// rmcp; or stop after a call of its own, when another front thread has taken over.
+    fn read(&self) {
         let mut line = Vec::new();
         loop {
             line.clear();
-            let sent = match read_line_capped(&mut input, &mut line) {
-                Ok(LineRead::Eof) => return,
+            let (read, alone) = {
+                let Ok(mut input) = self.input.lock() else {
+                    return self.end();
+                };
+                if self.has_ended() {
+                    return;
+                }
+                let read = read_line_capped(&mut *input, &mut line);
+                (read, input.buffer().is_empty())
+            };
+            let sent = match read {
+                Ok(LineRead::Eof) => return self.end(),
                 Ok(LineRead::TooLong) => self.out.write_value(&too_long(&line)),
                 Ok(LineRead::Line) => match judge(&line) {
                     Verdict::Skip => continue,
                     Verdict::Reply(reply) => self.out.write_value(&reply),
-                    Verdict::Message(text, message)
-                        if self.front.takes(&message, input.buffer().is_empty()) =>
-                    {
+                    Verdict::Message(text, message) if self.front.takes(&message, alone) => {
                         drop(text);
                         match &self.calls {
-                            Some(calls) if !input.buffer().is_empty() && calls.idle() => {
-                                calls.send(*message)
-                            }
-                            _ => self.out.write_answer(answer(&*self.front, *message)),
+                            Some(calls) if !alone && calls.idle() => calls.send(*message),
+                            _ => match self.answer_here(*message) {
+                                Ok(true) => Ok(()),
+                                Ok(false) => return,
+                                Err(e) => Err(e),
+                            },
                         }
                     }
                     Verdict::Message(text, _) | Verdict::Forward(text) => self.forward(text),
                 },
                 Err(e) => {
                     tracing::debug!(error = %e, "stdin closed");
-                    return;
+                    return self.end();
                 }
             };
             if sent.is_err() {
-                return;
+                return self.end();
             }
         }
     }
 
-    fn forward(&mut self, mut text: Vec<u8>) -> std::io::Result<()> {
+    /// Answer `message` on this thread; `Ok(false)` when another front thread took over the
+    /// reading meanwhile (this one then stops).
+    fn answer_here(&self, message: ClientJsonRpcMessage) -> std::io::Result<bool> {
+        if self.free.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.set_all_busy(Some(std::time::Instant::now()));
+        }
+        let sent = self.out.write_answer(answer(&*self.front, message));
+        // Back to reading, unless another front thread reads now.
+        let back = self
+            .free
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |f| {
+                (f == 0).then_some(1)
+            })
+            .is_ok();
+        if back {
+            self.set_all_busy(None);
+        }
+        sent.map(|()| back)
+    }
+
+    fn set_all_busy(&self, since: Option<std::time::Instant>) {
+        if let Ok(mut all_busy) = self.all_busy_since.lock() {
+            *all_busy = since;
+        }
+    }
+
+    /// Until the input ends: when every front thread has been inside a call for
+    /// [`TAKE_OVER_AFTER`], start another.
+    fn watch(self: Arc<Self>) {
+        let (ended, wake) = &self.ended;
+        let Ok(mut done) = ended.lock() else { return };
+        while !*done {
+            done = match wake.wait_timeout(done, TAKE_OVER_AFTER / 4) {
+                Ok((done, _)) => done,
+                Err(_) => return,
+            };
+            let stuck = self
+                .all_busy_since
+                .lock()
+                .is_ok_and(|since| since.is_some_and(|t| t.elapsed() >= TAKE_OVER_AFTER));
+            if stuck
+                && self
+                    .free
+                    .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            {
+                self.set_all_busy(None);
+                tracing::warn!(
+                    "a call has held the stdio front thread for over {TAKE_OVER_AFTER:?}; \
+                     another one reads on"
+                );
+                if self.clone().spawn_reader().is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    fn has_ended(&self) -> bool {
+        self.ended.0.lock().map_or(true, |done| *done)
+    }
+
+    /// The input ended (or cannot be read): every front thread and the watcher stop.
+    fn end(&self) {
+        if let Ok(mut done) = self.ended.0.lock() {
+            *done = true;
+        }
+        self.ended.1.notify_all();
+    }
+
+    fn forward(&self, mut text: Vec<u8>) -> std::io::Result<()> {
         text.push(b'\n');
-        self.runtime.block_on(self.feed.write_all(&text))
+        let mut feed = self
+            .feed
+            .lock()
+            .map_err(|_| std::io::ErrorKind::BrokenPipe)?;
+        self.runtime.block_on(feed.write_all(&text))
     }
 }
 
@@ -440,10 +552,11 @@ impl Out {
 
 /// A duplicate of one of this process's standard descriptors, read and written as blocking
 /// even if the client handed it over non-blocking (then it waits in `poll`).
-struct Fd(std::fs::File);
+pub(crate) struct Fd(std::fs::File);
 
 impl Fd {
-    fn dup(fd: std::os::fd::RawFd) -> std::io::Result<Self> {
+    /// A duplicate of `fd`.
+    pub(crate) fn dup(fd: std::os::fd::RawFd) -> std::io::Result<Self> {
         use std::os::fd::BorrowedFd;
         // SAFETY: 0 and 1 stay open for the life of the process; the borrow only lasts the dup.
         let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
@@ -623,6 +736,94 @@ mod tests {
         let reply = serde_json::to_value(answer(&Panics, *message)).unwrap_or_default();
         assert_eq!(reply["id"], "q");
         assert_eq!(reply["error"]["code"], -32603);
+    }
+
+    /// Answers every request with an empty result; the one with id "stuck" only once released.
+    struct Stuck(Mutex<std::sync::mpsc::Receiver<()>>);
+
+    impl Front for Stuck {
+        fn takes(&self, message: &ClientJsonRpcMessage, _: bool) -> bool {
+            matches!(message, ClientJsonRpcMessage::Request(_))
+        }
+        fn answer(&self, message: ClientJsonRpcMessage) -> ServerJsonRpcMessage {
+            let Some((_, id)) = message.into_request() else {
+                panic!("takes only requests");
+            };
+            if id.to_string() == "stuck" {
+                let _ = self.0.lock().map(|released| released.recv());
+            }
+            ServerJsonRpcMessage::response(rmcp::model::ServerResult::empty(()), id)
+        }
+    }
+
+    /// The ids of the answers on `out` within `wait`.
+    fn answered(out: &std::fs::File, buf: &mut Vec<u8>, wait: std::time::Duration) -> Vec<String> {
+        use std::os::fd::AsFd;
+        let deadline = std::time::Instant::now() + wait;
+        let mut chunk = [0u8; 4096];
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+            let mut fds = [nix::poll::PollFd::new(
+                out.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            if nix::poll::poll(&mut fds, ms).unwrap_or(0) == 0 {
+                break;
+            }
+            match (&*out).read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            if buf.ends_with(b"\n") {
+                break;
+            }
+        }
+        let lines = std::mem::take(buf);
+        lines
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
+            .map(|v| v["id"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_that_never_returns_does_not_stop_the_others() {
+        let (in_r, in_w) = nix::unistd::pipe().expect("pipe");
+        let (out_r, out_w) = nix::unistd::pipe().expect("pipe");
+        let (release, released) = std::sync::mpsc::channel();
+        let front: Arc<dyn Front> = Arc::new(Stuck(Mutex::new(released)));
+        let input = Fd(std::fs::File::from(in_r));
+        let output = Fd(std::fs::File::from(out_w));
+        let (_transport, _writer) =
+            guarded(tokio::runtime::Handle::current(), front, input, output).expect("transport");
+        let mut to_server = std::fs::File::from(in_w);
+        let from_server = std::fs::File::from(out_r);
+        let mut buf = Vec::new();
+        let send = |to: &mut std::fs::File, id: &str| {
+            let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":\"{id}\",\"method\":\"ping\"}}\n");
+            to.write_all(line.as_bytes()).expect("send");
+        };
+        // Alone, so the front thread answers it itself, and stays inside it.
+        send(&mut to_server, "stuck");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        send(&mut to_server, "first");
+        send(&mut to_server, "second");
+        let wait = TAKE_OVER_AFTER * 10;
+        let mut got = answered(&from_server, &mut buf, wait);
+        if got.len() < 2 {
+            got.extend(answered(&from_server, &mut buf, wait));
+        }
+        got.sort();
+        assert_eq!(
+            got,
+            ["first", "second"],
+            "answered while the stuck call still runs"
+        );
+        let _ = release.send(());
+        assert_eq!(answered(&from_server, &mut buf, wait), ["stuck"]);
+        send(&mut to_server, "after");
+        assert_eq!(answered(&from_server, &mut buf, wait), ["after"]);
     }
 
     #[test]
