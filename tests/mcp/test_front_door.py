@@ -37,15 +37,46 @@ def call(rid, tool: str, args: dict, meta: dict | None = None) -> dict:
     return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
 
 
+# A hook that matches no tool: with hooks configured nothing is prompt, so that server answers
+# every call through rmcp, the reference the front thread must match.
+THROUGH_RMCP = '[[hooks.pre_tool]]\nmatcher = "^no_such_tool$"\ncommand = "true"\n'
+
+INLINE_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {},
+               "io.modelcontextprotocol/clientInfo": {"name": "front", "version": "1"}}
+
+# How real clients call: the initialize era with no _meta (the MCP Python SDK), with a progress
+# token on every call (Codex), and 2026-07-28 metadata on every request, no initialize (Claude
+# Code 2.1).
+ERAS = {
+    "initialize": (True, None),
+    "initialize+progress": (True, lambda k: {"progressToken": f"p{k}"}),
+    "2026-07-28": (False, lambda k: dict(INLINE_META)),
+}
+
+
+def fill(ws: Path) -> None:
+    (ws / "sub").mkdir()
+    (ws / "sub" / "x.txt").write_text("x\n")
+    (ws / "long.txt").write_text("".join(f"line {i}\n" for i in range(3000)))
+    (ws / "e.txt").write_text("alpha\n")
+
+
+@pytest.mark.parametrize("era", list(ERAS))
 @pytest.mark.parametrize("lanes", [False, True], ids=["inline", "lanes"])
-def test_the_front_thread_answers_what_rmcp_would(workspace: Path, state_dir: Path, lanes: bool):
-    """Each call twice: plain (the front thread answers it) and with a progress token (only rmcp
-    may answer that). The answers must be the same, success and failure alike."""
-    (workspace / "sub").mkdir()
-    (workspace / "sub" / "x.txt").write_text("x\n")
-    (workspace / "long.txt").write_text("".join(f"line {i}\n" for i in range(3000)))
-    server = RawServer(workspace, state_dir, inline=not lanes)
-    initialize(server)
+def test_the_front_thread_answers_what_rmcp_would(tmp_path: Path, era: str, lanes: bool):
+    """The same calls, in the same order, to a server whose front thread answers them and to
+    one where rmcp answers everything: the answers must be the same, success and failure."""
+    handshake, meta = ERAS[era]
+    servers = []
+    for name, extra in [("front", []), ("rmcp", ["--catalog", str(tmp_path / "catalog.toml")])]:
+        ws, state = tmp_path / name / "ws", tmp_path / name / "state"
+        ws.mkdir(parents=True)
+        state.mkdir()
+        (ws / "hello.txt").write_text("hello\nworld\n")
+        fill(ws)
+        servers.append((ws, RawServer(ws, state, extra=extra, inline=not lanes)))
+    (tmp_path / "catalog.toml").write_text(THROUGH_RMCP)
     cases = [
         ("read_file", {"path": "hello.txt"}),
         ("read_file", {"path": "long.txt", "offset": 2990}),
@@ -57,39 +88,30 @@ def test_the_front_thread_answers_what_rmcp_would(workspace: Path, state_dir: Pa
         ("list_directory", {"path": "."}),
         ("list_directory", {"path": "sub"}),
         ("list_directory", {"path": "hello.txt"}),
+        ("read_file", {"path": "e.txt"}),
+        ("edit_file", {"path": "e.txt", "old_string": "alpha", "new_string": "beta"}),
+        ("edit_file", {"path": "e.txt", "old_string": "alpha", "new_string": "beta"}),
+        ("write_file", {"path": "new.txt", "content": "x\n"}),
+        ("edit_file", {"path": "nope.txt", "old_string": "a", "new_string": "b"}),
     ]
-    for k, (tool, args) in enumerate(cases):
-        server.send(call(f"front{k}", tool, args))
-        front = server.wait_for({f"front{k}"}, time.monotonic() + ANSWER_WITHIN_S)[f"front{k}"]
-        server.send(call(f"rmcp{k}", tool, args, meta={"progressToken": f"t{k}"}))
-        via_rmcp = server.wait_for({f"rmcp{k}"}, time.monotonic() + ANSWER_WITHIN_S)[f"rmcp{k}"]
-        assert "result" in front, front
-        assert front["result"] == via_rmcp["result"], (tool, args)
-    # Small writes too: the same edit made by each path (and undone between) reads the same,
-    # but for the journal's change numbers.
-    (workspace / "e.txt").write_text("alpha\n")
-    server.send(call("pre", "read_file", {"path": "e.txt"}))
-    server.wait_for({"pre"}, time.monotonic() + ANSWER_WITHIN_S)
-    forward = {"path": "e.txt", "old_string": "alpha", "new_string": "beta"}
-    back = {"path": "e.txt", "old_string": "beta", "new_string": "alpha"}
-    answers = {}
-    for rid, args, meta in [("f1", forward, None), ("b1", back, {"progressToken": "b"}),
-                            ("r1", forward, {"progressToken": "r"}), ("b2", back, None),
-                            ("w1", {"path": "new.txt", "content": "x\n"}, None),
-                            ("missing", {"path": "nope.txt", "old_string": "a", "new_string": "b"}, None)]:
-        tool = "write_file" if "content" in args else "edit_file"
-        server.send(call(rid, tool, args, meta))
-        answers[rid] = server.wait_for({rid}, time.monotonic() + ANSWER_WITHIN_S)[rid]["result"]
-    digits = re.compile(r"\d+")
-    assert digits.sub("N", json.dumps(answers["f1"])) == digits.sub("N", json.dumps(answers["r1"]))
-    assert digits.sub("N", json.dumps(answers["b1"])) == digits.sub("N", json.dumps(answers["b2"]))
-    assert not answers["f1"].get("isError") and not answers["w1"].get("isError")
-    assert answers["missing"].get("isError")
-    assert (workspace / "e.txt").read_text() == "alpha\n"
-    assert (workspace / "new.txt").read_text() == "x\n"
-    server.send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})
-    assert server.wait_for({"ping"}, time.monotonic() + ANSWER_WITHIN_S)["ping"]["result"] == {}
-    server.close()
+    answers: list[list[str]] = []
+    for ws, server in servers:
+        if handshake:
+            initialize(server)
+        got = []
+        for k, (tool, args) in enumerate(cases):
+            server.send(call(f"c{k}", tool, args, meta(k) if meta else None))
+            result = server.wait_for({f"c{k}"}, time.monotonic() + ANSWER_WITHIN_S)[f"c{k}"]
+            assert "result" in result, result
+            got.append(json.dumps(result["result"], sort_keys=True).replace(str(ws), "WS"))
+        if handshake:
+            server.send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})
+            got.append(json.dumps(server.wait_for({"ping"}, time.monotonic() + ANSWER_WITHIN_S)["ping"]))
+        server.close()
+        answers.append(got)
+        assert (ws / "e.txt").read_text() == "beta\n" and (ws / "new.txt").read_text() == "x\n"
+    for k, (front, via_rmcp) in enumerate(zip(*answers)):
+        assert front == via_rmcp, (k, cases[k] if k < len(cases) else "ping")
 
 
 def test_a_burst_of_pipelined_calls_gets_one_answer_each(workspace: Path, state_dir: Path):

@@ -567,32 +567,54 @@ pub async fn serve_stdio(dispatcher: Arc<Dispatcher>) -> Result<(), ServeError> 
     served
 }
 
-/// What the stdio transport's own threads answer without rmcp: a `ping`, and a call of a
-/// [prompt](Dispatcher::is_prompt) tool with no progress token, in a session started by
-/// `initialize` in an era before 2026-07-28 (whose results differ). That is exactly what rmcp
-/// would answer, without its tasks and their hand-offs between threads.
+/// What the stdio transport's own threads answer without rmcp: a `ping` of a session opened by
+/// `initialize`, and a call of a [prompt](Dispatcher::is_prompt) tool in either protocol era
+/// (an `initialize` session, or a 2026-07-28 request whose metadata is complete). That is
+/// exactly what rmcp would answer, shaped for the request's era, without its tasks and their
+/// hand-offs between threads. A progress token changes nothing: prompt tools report no
+/// progress. Anything rmcp would refuse (incomplete metadata, an unknown version) is left to
+/// rmcp, whose errors are the reference.
 struct Prompt {
     server: ToolyardServer,
     runtime: tokio::runtime::Handle,
 }
 
+/// The protocol era a request is answered in.
+#[derive(PartialEq)]
+enum Era {
+    /// A session opened by `initialize`, before 2026-07-28.
+    Initialized,
+    /// A request carrying complete 2026-07-28 metadata.
+    Inline,
+}
+
+impl Prompt {
+    /// The era of a request with metadata `meta`, when it is one the front answers in.
+    fn era(&self, meta: &rmcp::model::RequestMetaObject) -> Option<Era> {
+        let inline = ProtocolVersion::V_2026_07_28;
+        match meta.protocol_version() {
+            None => {
+                let negotiated = self.server.state.negotiated.get()?;
+                (negotiated.as_str() < inline.as_str()).then_some(Era::Initialized)
+            }
+            Some(v) => (v.as_str() >= inline.as_str()
+                && PROTOCOL_VERSIONS.contains(&v)
+                && meta.missing_required_keys(&inline).is_empty())
+            .then_some(Era::Inline),
+        }
+    }
+}
+
 impl stdio::Front for Prompt {
     fn takes(&self, message: &ClientJsonRpcMessage, alone: bool) -> bool {
-        let Some(version) = self.server.state.negotiated.get() else {
-            return false;
-        };
         let ClientJsonRpcMessage::Request(request) = message else {
             return false;
         };
-        let meta = request.request.get_meta();
-        if version.as_str() >= ProtocolVersion::V_2026_07_28.as_str()
-            || meta.get_progress_token().is_some()
-            || meta.protocol_version().is_some()
-        {
+        let Some(era) = self.era(request.request.get_meta()) else {
             return false;
-        }
+        };
         match &request.request {
-            ClientRequest::PingRequest(_) => true,
+            ClientRequest::PingRequest(_) => era == Era::Initialized,
             ClientRequest::CallToolRequest(call) => {
                 #[cfg(feature = "conformance")]
                 if self.server.shared.fixtures && fixtures::is_fixture_tool(&call.params.name) {
@@ -615,6 +637,7 @@ impl stdio::Front for Prompt {
                 None,
             );
         };
+        let era = self.era(request.get_meta());
         let mut result = match request {
             ClientRequest::CallToolRequest(call) => {
                 let call = call.params;
@@ -630,7 +653,12 @@ impl stdio::Front for Prompt {
             }
             _ => ServerResult::empty(()),
         };
-        result.strip_result_type_for_legacy_peer();
+        // What rmcp's handler does last, per era.
+        if era == Some(Era::Inline) {
+            result.fill_missing_cache_hints();
+        } else {
+            result.strip_result_type_for_legacy_peer();
+        }
         ServerJsonRpcMessage::response(result, id)
     }
 }
