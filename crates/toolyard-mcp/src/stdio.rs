@@ -563,39 +563,36 @@ impl Fd {
         Ok(Self(std::fs::File::from(borrowed.try_clone_to_owned()?)))
     }
 
-    /// Wait until the descriptor is ready for `events`.
-    fn wait(&self, events: nix::poll::PollFlags) {
+    /// `op` on the file, waiting in `poll` for `events` while it would block and retrying
+    /// when interrupted.
+    fn blocking<T>(
+        &mut self,
+        events: nix::poll::PollFlags,
+        mut op: impl FnMut(&mut std::fs::File) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
         use std::os::fd::AsFd;
-        let mut fds = [nix::poll::PollFd::new(self.0.as_fd(), events)];
-        let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE);
+        loop {
+            match op(&mut self.0) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let mut fds = [nix::poll::PollFd::new(self.0.as_fd(), events)];
+                    let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
     }
 }
 
 impl Read for Fd {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            match self.0.read(buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    self.wait(nix::poll::PollFlags::POLLIN);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                other => return other,
-            }
-        }
+        self.blocking(nix::poll::PollFlags::POLLIN, |f| f.read(buf))
     }
 }
 
 impl Write for Fd {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        loop {
-            match self.0.write(buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    self.wait(nix::poll::PollFlags::POLLOUT);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                other => return other,
-            }
-        }
+        self.blocking(nix::poll::PollFlags::POLLOUT, |f| f.write(buf))
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
