@@ -138,20 +138,24 @@ pub(crate) fn restrict(
 }
 
 /// A Landlock ruleset for one more, nested domain per command: it grants what the runner's
-/// domain grants (it handles only `Execute`, allowed everywhere) and scopes signals and abstract
-/// sockets, so its only effect is the domain boundary: the kernel then refuses the command
+/// domain grants (it handles only `Execute` and `Refer`, both allowed everywhere, so the
+/// runner's domain alone decides them) and scopes signals and abstract sockets, so its only effect is the domain boundary: the kernel then refuses the command
 /// ptrace and `/proc/<pid>` access (descriptors, environment, memory) to its runner, the
 /// runner's other commands and the server, and (ABI 6) signals to them. `None` without Landlock.
 pub(crate) fn command_layer() -> Option<std::os::fd::OwnedFd> {
+    // `Refer` must be handled and granted here: Landlock denies reparenting (a rename or link
+    // into another directory, with EXDEV) in any domain that does not handle it, whatever the
+    // outer domain allows. rustc, pip and npm stage files and rename them into place.
+    let passed = AccessFs::Execute | AccessFs::Refer;
     let ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(AccessFs::Execute)
+        .handle_access(passed)
         .ok()?
         .scope(Scope::from_all(ABI_WANTED))
         .ok()?
         .create()
         .ok()?
-        .add_rule(PathBeneath::new(PathFd::new("/").ok()?, AccessFs::Execute))
+        .add_rule(PathBeneath::new(PathFd::new("/").ok()?, passed))
         .ok()?;
     Option::<std::os::fd::OwnedFd>::from(ruleset)
 }
