@@ -76,6 +76,7 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
         .push(state.quarantine_dir().display().to_string());
     let lanes: LanesConfig = catalog.section("lanes").map_err(bad)?;
     let mut policy = LanePolicy::new(args.lane, root.clone(), temp_dir.clone());
+    policy.cache_dir = Some(state.caches_dir());
     policy.config = config;
     policy.limits = lanes.limits(args.lane);
     let slots = policy.limits.slots();

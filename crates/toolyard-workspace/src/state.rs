@@ -125,6 +125,11 @@ impl StateDir {
         self.sub("tmp")
     }
 
+    /// The private homes of build tools and package managers, shared by this workspace's lanes.
+    pub fn caches_dir(&self) -> PathBuf {
+        self.sub("caches")
+    }
+
     fn sub(&self, name: &str) -> PathBuf {
         let p = self.path.join(name);
         let _ = std::fs::create_dir_all(&p);

@@ -18,7 +18,9 @@
 //! eprintln!("{report}");
 //! ```
 
+pub mod explain;
 mod fs;
+mod homes;
 mod limits;
 mod net;
 mod report;
@@ -48,6 +50,8 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
     "~/.npmrc",
     "~/.pypirc",
     "~/.git-credentials",
+    "~/.cargo/credentials.toml",
+    "~/.cargo/credentials",
 ];
 
 /// The `[sandbox]` catalog section.
@@ -67,6 +71,11 @@ pub struct SandboxConfig {
     /// replaces `protect::DEFAULT_PROTECTED` when set.
     #[serde(default)]
     pub protected_paths: Option<Vec<String>>,
+    /// Point build tools and package managers (cargo, pip, npm, go, gradle, maven, ccache,
+    /// XDG caches) at private writable homes of this workspace (default `true`); `false`
+    /// leaves them at the user's own, which commands can then only read.
+    #[serde(default)]
+    pub private_caches: Option<bool>,
 }
 
 /// Resource limits of a lane (`[lanes.heavy]` in the catalog); unset fields take the lane's
@@ -157,6 +166,9 @@ pub struct LanePolicy {
     pub workspace: PathBuf,
     /// The runner's private temp dir (writable; created when missing; becomes `TMPDIR`).
     pub temp_dir: PathBuf,
+    /// Where the private homes of build tools live (writable, shared by the workspace's lanes;
+    /// `None`: tools keep the user's own homes, read-only).
+    pub cache_dir: Option<PathBuf>,
     /// The `[sandbox]` section.
     pub config: SandboxConfig,
     /// The lane's limits (used by `heavy`).
@@ -170,6 +182,7 @@ impl LanePolicy {
             lane,
             workspace,
             temp_dir,
+            cache_dir: None,
             config: SandboxConfig::default(),
             limits: LaneLimits::defaults(lane),
         }
@@ -379,6 +392,42 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
             std::env::set_var(var, &temp_dir);
         }
     }
+    match policy.cache_dir.as_ref() {
+        Some(caches) if policy.config.private_caches != Some(false) => {
+            let vars = homes::prepare(caches, home.as_deref());
+            // SAFETY: single-threaded, as above.
+            unsafe {
+                for (var, path) in &vars {
+                    std::env::set_var(var, path);
+                }
+                std::env::set_var(
+                    "MAVEN_OPTS",
+                    homes::maven_opts(caches, std::env::var_os("MAVEN_OPTS")),
+                );
+            }
+            match caches.canonicalize() {
+                Ok(c) => writable.push(c),
+                Err(e) => {
+                    tracing::warn!(path = %caches.display(), error = %e, "caches dir skipped")
+                }
+            }
+            let names: Vec<&str> = vars.iter().map(|(v, _)| *v).collect();
+            report.add(
+                "tool-caches",
+                FeatureStatus::Enforced,
+                format!(
+                    "private writable homes under {} ({}, MAVEN_OPTS); the user's own are read-only",
+                    caches.display(),
+                    names.join(", ")
+                ),
+            );
+        }
+        _ => report.add(
+            "tool-caches",
+            FeatureStatus::NotRequested,
+            "build tools keep the user's homes, read-only ([sandbox] private_caches = false)",
+        ),
+    }
 
     let fs = fs::restrict(&writable, &denied)?;
     report.add("landlock-fs", fs.status, fs.detail);
@@ -416,6 +465,7 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
         "setuid binaries and file capabilities grant nothing",
     );
 
+    let mut offline = netns;
     if policy.lane == Lane::NoNet {
         if netns {
             report.add(
@@ -428,11 +478,14 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
                 seccompiler::apply_filter_all_threads(&prog).map_err(|e| e.to_string())
             });
             match applied {
-                Ok(()) => report.add(
-                    "seccomp-net",
-                    FeatureStatus::Enforced,
-                    "socket() allows only AF_UNIX; io_uring refused",
-                ),
+                Ok(()) => {
+                    offline = true;
+                    report.add(
+                        "seccomp-net",
+                        FeatureStatus::Enforced,
+                        "socket() allows only AF_UNIX; io_uring refused",
+                    )
+                }
                 Err(e) if policy.config.allow_unsandboxed_no_net => {
                     tracing::warn!(error = %e, "no-net runs WITHOUT network isolation (allow_unsandboxed_no_net)");
                     report.add(
@@ -449,6 +502,12 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
             }
         }
     }
+    explain::record(explain::LaneRules {
+        lane: policy.lane,
+        writable,
+        denied,
+        offline,
+    });
     tracing::info!(lane = %policy.lane, "sandbox applied\n{report}");
     Ok(report)
 }
