@@ -169,6 +169,8 @@ pub struct ExecOutcome {
     pub full_output: Option<PathBuf>,
     /// Stdout's first [`ExecRequest::raw_stdout_limit`] bytes, unshaped.
     pub raw_stdout: Vec<u8>,
+    /// One line saying the lane's sandbox refused the command something, and what to do.
+    pub sandbox_note: Option<String>,
 }
 
 impl ExecOutcome {
@@ -213,6 +215,10 @@ impl ExecOutcome {
                 }
                 None => text.push_str("(output truncated)\n"),
             }
+        }
+        if let Some(note) = &self.sandbox_note {
+            text.push_str(note);
+            text.push('\n');
         }
         text
     }
@@ -328,7 +334,13 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
 
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (exit_code, signal) = describe(status);
-    let outcome = capture.finish(exit_code, signal, timed_out, cancelled, duration_ms);
+    let mut outcome = capture.finish(exit_code, signal, timed_out, cancelled, duration_ms);
+    if !outcome.success() {
+        outcome.sandbox_note = crate::sandbox::explain::explain(
+            &format!("{}\n{}", outcome.stdout, outcome.stderr),
+            &req.cwd,
+        );
+    }
     tracing::debug!(
         command = %req.command,
         exit_code = ?outcome.exit_code,
@@ -638,6 +650,7 @@ impl Capture {
             stderr_bytes,
             full_output: if truncated { full_output } else { None },
             raw_stdout: self.raw_stdout,
+            sandbox_note: None,
         }
     }
 }

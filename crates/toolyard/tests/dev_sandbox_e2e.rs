@@ -1,0 +1,186 @@
+//! What development needs from the sandbox, through the real binary in every lane: renames and
+//! hard links across directories, private writable homes for build tools (and the user's own
+//! never written), and a refusal that says it was the sandbox.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+/// The binary under test: `TOOLYARD_TEST_BIN` when set, else the one cargo built.
+fn toolyard_bin() -> PathBuf {
+    std::env::var_os("TOOLYARD_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_toolyard")))
+}
+
+/// A workspace, a state dir and a home of the test's own.
+struct Env {
+    _t: tempfile::TempDir,
+    ws: PathBuf,
+    state: PathBuf,
+    home: PathBuf,
+}
+
+fn env() -> Env {
+    let t = tempfile::tempdir().unwrap();
+    let base = t.path().canonicalize().unwrap();
+    let (ws, state, home) = (base.join("ws"), base.join("state"), base.join("home"));
+    for d in [&ws, &state, &home.join(".cargo/registry/cache/idx")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    Env {
+        _t: t,
+        ws,
+        state,
+        home,
+    }
+}
+
+impl Env {
+    /// `toolyard call TOOL ARGS --json` in the workspace: the model's text and the exit code.
+    fn call(&self, tool: &str, args: Value) -> (String, Value) {
+        let o = Command::new(toolyard_bin())
+            .args(["call", tool, &args.to_string(), "--json"])
+            .current_dir(&self.ws)
+            .env("TOOLYARD_STATE_DIR", &self.state)
+            .env("HOME", &self.home)
+            // The user's cargo home of this test, not the machine's.
+            .env("CARGO_HOME", self.home.join(".cargo"))
+            .output()
+            .expect("toolyard runs");
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        });
+        let text = v["output"].as_str().unwrap_or_default().to_string();
+        (text, v)
+    }
+
+    /// Run `command` through `tool` (a command tool of some lane).
+    fn run(&self, tool: &str, command: &str) -> String {
+        self.call(tool, json!({ "command": command })).0
+    }
+}
+
+/// The command tools of the three lanes.
+const LANE_TOOLS: &[&str] = &["run_command_isolated", "run_command", "test"];
+
+#[test]
+fn renames_and_hard_links_across_directories_work_in_every_lane() {
+    let e = env();
+    for tool in LANE_TOOLS {
+        let script = format!(
+            "set -e; rm -rf {tool}; mkdir -p {tool}/a/b {tool}/c/d; echo moved > {tool}/a/b/f; \
+             python3 -c \"import os; os.rename('{tool}/a/b/f', '{tool}/a/g')\"; \
+             ln {tool}/a/g {tool}/c/d/h; \
+             python3 -c \"import os; os.rename('{tool}/a/g', \\\"$TMPDIR/g\\\"); os.rename(\\\"$TMPDIR/g\\\", '{tool}/c/g')\"; \
+             cat {tool}/c/d/h {tool}/c/g"
+        );
+        let out = e.run(tool, &script);
+        assert!(out.contains("exit code: 0"), "{tool}: {out}");
+        assert_eq!(
+            std::fs::read_to_string(e.ws.join(tool).join("c/d/h")).unwrap(),
+            "moved\n",
+            "{tool}"
+        );
+        assert!(!e.ws.join(tool).join("a/b/f").exists(), "{tool}");
+    }
+}
+
+#[test]
+fn build_tools_write_private_homes_and_never_the_users() {
+    let e = env();
+    for tool in LANE_TOOLS {
+        let out = e.run(
+            tool,
+            "for v in CARGO_HOME XDG_CACHE_HOME npm_config_cache GOMODCACHE GRADLE_USER_HOME CCACHE_DIR; do \
+               d=$(printenv $v) && mkdir -p \"$d/probe\" && echo \"$v ok $d\"; done",
+        );
+        for var in [
+            "CARGO_HOME",
+            "XDG_CACHE_HOME",
+            "npm_config_cache",
+            "GOMODCACHE",
+            "GRADLE_USER_HOME",
+            "CCACHE_DIR",
+        ] {
+            let line = out
+                .lines()
+                .find(|l| l.starts_with(&format!("{var} ok ")))
+                .unwrap_or_else(|| panic!("{tool}: {var} not writable: {out}"));
+            let dir = PathBuf::from(line.trim_start_matches(&format!("{var} ok ")));
+            assert!(
+                dir.starts_with(&e.state),
+                "{tool}: {var} = {} is not under the state dir",
+                dir.display()
+            );
+        }
+        // The user's own registry stays out of reach, and the refusal says why.
+        let out = e.run(
+            tool,
+            "touch \"$HOME/.cargo/registry/cache/idx/planted.crate\"",
+        );
+        assert!(!out.contains("exit code: 0"), "{tool}: {out}");
+        assert!(
+            out.contains("[sandbox: writing") && out.contains("extra_write"),
+            "{tool}: no sandbox note: {out}"
+        );
+    }
+    assert!(
+        !e.home
+            .join(".cargo/registry/cache/idx/planted.crate")
+            .exists(),
+        "a command wrote the user's cargo registry"
+    );
+}
+
+#[test]
+fn cargo_sees_the_users_downloaded_crates_through_links_it_cannot_write() {
+    let e = env();
+    let user = e.home.join(".cargo/registry");
+    std::fs::create_dir_all(user.join("src/idx/demo-1.0.0")).unwrap();
+    std::fs::write(user.join("cache/idx/demo-1.0.0.crate"), "crate bytes").unwrap();
+    std::fs::write(user.join("src/idx/demo-1.0.0/lib.rs"), "// user's\n").unwrap();
+    let out = e.run(
+        "run_command",
+        "cat \"$CARGO_HOME/registry/cache/idx/demo-1.0.0.crate\"; echo; \
+         cat \"$CARGO_HOME/registry/src/idx/demo-1.0.0/lib.rs\"; \
+         echo 'fn planted() {}' >> \"$CARGO_HOME/registry/src/idx/demo-1.0.0/lib.rs\"",
+    );
+    assert!(
+        out.contains("crate bytes") && out.contains("// user's"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("exit code: 0"),
+        "a write through the link succeeded: {out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(user.join("src/idx/demo-1.0.0/lib.rs")).unwrap(),
+        "// user's\n"
+    );
+}
+
+#[test]
+fn an_offline_lane_says_so_when_a_name_does_not_resolve() {
+    let e = env();
+    let out = e.run(
+        "run_command_isolated",
+        "python3 -c \"import socket; socket.getaddrinfo('registry.example.org', 443)\"",
+    );
+    assert!(!out.contains("exit code: 0"), "{out}");
+    assert!(
+        out.contains("no-net lane has no network") && out.contains("run_command"),
+        "no lane note: {out}"
+    );
+    // A refusal inside the workspace is not the sandbox's: no note.
+    let out = e.run(
+        "run_command",
+        "touch ro && chmod 000 ro && (cat ro || true) && python3 -c \"open('/nonexistent-dir/x', 'w')\"",
+    );
+    assert!(!out.contains("[sandbox:"), "{out}");
+}
