@@ -184,3 +184,22 @@ fn an_offline_lane_says_so_when_a_name_does_not_resolve() {
     );
     assert!(!out.contains("[sandbox:"), "{out}");
 }
+
+#[test]
+fn commands_have_no_capabilities_and_make_no_device_nodes_in_any_lane() {
+    let e = env();
+    for tool in LANE_TOOLS {
+        let out = e.run(
+            tool,
+            "grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status; mknod null-again c 1 3 || echo MKNOD-REFUSED",
+        );
+        for set in ["CapEff", "CapPrm", "CapBnd", "CapAmb"] {
+            assert!(
+                out.contains(&format!("{set}:\t0000000000000000")),
+                "{tool}: {set} not empty: {out}"
+            );
+        }
+        assert!(out.contains("MKNOD-REFUSED"), "{tool}: {out}");
+        assert!(!e.ws.join("null-again").exists(), "{tool}");
+    }
+}

@@ -52,6 +52,8 @@ pub(crate) fn restrict(
         | AccessFs::IoctlDev
         | AccessFs::ReadDir;
 
+    // Device nodes are never made, even by root: one in the workspace would write outside it.
+    let writable_access = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
     let err = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -83,7 +85,9 @@ pub(crate) fn restrict(
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        ruleset = ruleset.add_rule(PathBeneath::new(fd, all)).map_err(err)?;
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd, writable_access))
+            .map_err(err)?;
     }
     for dev in WRITABLE_DEVICES {
         let path = Path::new(dev);

@@ -224,8 +224,11 @@ pub enum SandboxError {
     Seccomp(String),
 }
 
-/// `CAP_SYS_PTRACE` of `<linux/capability.h>` (not in the libc crate).
-const CAP_SYS_PTRACE: libc::c_ulong = 19;
+/// Past the highest capability any kernel defines (`CAP_LAST_CAP` is 40 in Linux 6.x); dropping
+/// one the kernel does not know fails harmlessly with EINVAL.
+const CAP_BOUND: libc::c_ulong = 64;
+/// `_LINUX_CAPABILITY_VERSION_3` of `<linux/capability.h>`.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
 /// Make this process non-dumpable: its `/proc/<pid>` files (environment, memory, maps,
 /// descriptors) then belong to root and need CAP_SYS_PTRACE, which sandboxed commands lack.
@@ -246,7 +249,7 @@ pub(crate) fn command_layer_fd() -> libc::c_int {
     COMMAND_LAYER.get().map_or(-1, |fd| fd.as_raw_fd())
 }
 
-/// Enter the command's own Landlock domain (dropping CAP_SYS_PTRACE) and close every
+/// Enter the command's own Landlock domain, drop every capability for good, and close every
 /// descriptor above 2 on exec.
 ///
 /// # Safety
@@ -258,10 +261,7 @@ pub(crate) unsafe fn enter_command_domain(layer: libc::c_int) -> std::io::Result
             if libc::syscall(libc::SYS_landlock_restrict_self, layer, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            // Root keeps no CAP_SYS_PTRACE past exec, so the non-dumpable runner and server
-            // (their environment, memory maps) stay out of its reach. Without CAP_SETPCAP there
-            // was no such capability to drop.
-            libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0);
+            drop_capabilities();
         }
         // Nothing but 0, 1 and 2 crosses into the command, whatever a library left open.
         libc::syscall(
@@ -272,6 +272,54 @@ pub(crate) unsafe fn enter_command_domain(layer: libc::c_int) -> std::io::Result
         );
     }
     Ok(())
+}
+
+/// Drop every capability from the bounding, ambient, effective, permitted and inheritable
+/// sets, so a command of a root runner is root without powers: no device nodes (CAP_MKNOD), no
+/// network or mount reconfiguration (CAP_NET_ADMIN, CAP_SYS_ADMIN), no ptrace of the runner or
+/// server (CAP_SYS_PTRACE), no file-permission override; and an exec (of a setuid binary or
+/// as uid 0) gains none back, the bounding set being empty. Without CAP_SETPCAP (any
+/// unprivileged runner) there is nothing to drop and the calls fail harmlessly.
+///
+/// # Safety
+/// Async-signal-safe (raw syscalls only): call between fork and exec.
+unsafe fn drop_capabilities() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // SAFETY: prctl and capset on plain integers and local structs.
+    unsafe {
+        // The bounding set first: dropping from it needs CAP_SETPCAP, which capset then clears.
+        for cap in 0..CAP_BOUND {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        let header = Header {
+            version: CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let data = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        libc::syscall(libc::SYS_capset, &header, data.as_ptr());
+    }
 }
 
 /// Apply `policy` to this process and everything it starts later. Call it once, in `main`,
@@ -440,6 +488,12 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
                 "each command in a nested Landlock domain: no ptrace, /proc descriptors, \
                  environment or memory of its runner or the server",
             );
+            report.add(
+                "no-capabilities",
+                FeatureStatus::Enforced,
+                "commands run with no capabilities, even as root (no device nodes, no network \
+                 or mount changes), and no device node can be made in a writable tree",
+            );
         }
         _ => report.add(
             "command-domain",
@@ -558,6 +612,12 @@ pub fn probe() -> SandboxReport {
             FeatureStatus::Available,
             "each command in a nested Landlock domain: no ptrace, /proc descriptors or memory \
              of its runner or the server",
+        );
+        report.add(
+            "no-capabilities",
+            FeatureStatus::Available,
+            "commands run with no capabilities, even as root: no device nodes, no network or \
+             mount changes",
         );
     } else {
         report.add(
