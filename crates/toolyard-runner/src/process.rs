@@ -65,18 +65,14 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
     // Held until this function returns: dropping it empties the dir.
     let temp = RunnerTempDir::claim(&state.tmp_dir(), args.lane)?;
     let temp_dir = temp.path().to_path_buf();
-    let mut config: SandboxConfig = catalog.section("sandbox").map_err(bad)?;
-    // Commands may write their spill files, nothing else of Toolyard's state.
-    config
-        .extra_write
-        .push(state.outputs_dir().display().to_string());
-    // The runner moves what a command did to protected paths here.
-    config
-        .extra_write
-        .push(state.quarantine_dir().display().to_string());
+    let config: SandboxConfig = catalog.section("sandbox").map_err(bad)?;
     let lanes: LanesConfig = catalog.section("lanes").map_err(bad)?;
     let mut policy = LanePolicy::new(args.lane, root.clone(), temp_dir.clone());
     policy.cache_dir = Some(state.caches_dir());
+    // Commands can neither read nor write Toolyard's state; the runner writes its spill files
+    // and moves what a command did to protected paths into the quarantine.
+    policy.state_dir = Some(state.path().to_path_buf());
+    policy.runner_write = vec![state.outputs_dir(), state.quarantine_dir()];
     policy.config = config;
     policy.limits = lanes.limits(args.lane);
     let slots = policy.limits.slots();

@@ -203,3 +203,44 @@ fn commands_have_no_capabilities_and_make_no_device_nodes_in_any_lane() {
         assert!(!e.ws.join("null-again").exists(), "{tool}");
     }
 }
+
+#[test]
+fn toolyard_state_is_out_of_every_commands_reach() {
+    let e = env();
+    // A first command makes the state: its database, a saved output, the quarantine.
+    let out = e.run("run_command", "seq 1 200000");
+    assert!(out.contains("full output in"), "{out}");
+    let ws_state = std::fs::read_dir(e.state.join("workspaces"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    assert!(
+        ws_state
+            .join("outputs")
+            .read_dir()
+            .unwrap()
+            .next()
+            .is_some()
+    );
+    for tool in LANE_TOOLS {
+        let out = e.run(
+            tool,
+            &format!(
+                "S='{}'; for f in \"$S\"/*.db \"$S\"/outputs/*; do cat \"$f\" >/dev/null 2>&1 && echo \"READ $f\"; done; \
+                 touch \"$S/outputs/planted\" 2>/dev/null && echo WROTE; \
+                 rm -rf \"$S/quarantine\" 2>/dev/null; [ -d \"$S/quarantine\" ] || echo REMOVED; \
+                 echo \"tmp $TMPDIR\" && touch \"$TMPDIR/ok\" && echo TMP-WRITABLE",
+                ws_state.display()
+            ),
+        );
+        // Names stay listable (Landlock's listing right is inherited from `/`), never contents.
+        for bad in ["READ ", "WROTE", "REMOVED"] {
+            assert!(!out.contains(bad), "{tool}: {bad}: {out}");
+        }
+        assert!(out.contains("TMP-WRITABLE"), "{tool}: {out}");
+    }
+    assert!(!ws_state.join("outputs/planted").exists());
+    assert!(ws_state.join("quarantine").is_dir());
+}

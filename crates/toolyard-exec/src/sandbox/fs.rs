@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
 use super::SandboxError;
@@ -43,6 +43,70 @@ pub(crate) fn restrict(
     writable: &[PathBuf],
     denied: &[PathBuf],
 ) -> Result<FsOutcome, SandboxError> {
+    let err = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
+    let status = ruleset(writable, denied)?.restrict_self().map_err(err)?;
+    let writes = writable
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let denies = denied
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (fs_status, note) = match status.ruleset {
+        RulesetStatus::FullyEnforced => (FeatureStatus::Enforced, String::new()),
+        RulesetStatus::PartiallyEnforced => (
+            FeatureStatus::Partial,
+            format!(
+                " (kernel Landlock older than ABI {}: some rights not restricted)",
+                ABI_WANTED as i32
+            ),
+        ),
+        RulesetStatus::NotEnforced => (
+            FeatureStatus::NotEnforced,
+            " (Landlock is not supported or not enabled by this kernel)".to_string(),
+        ),
+    };
+    let scope_status = match status.ruleset {
+        RulesetStatus::FullyEnforced => FeatureStatus::Enforced,
+        _ => FeatureStatus::NotEnforced,
+    };
+    Ok(FsOutcome {
+        status: fs_status,
+        detail: format!(
+            "writes only in: {writes} (+ /dev/null and terminals); file contents unreadable under: {denies}{note}"
+        ),
+        scope_status,
+        no_new_privs: status.no_new_privs,
+    })
+}
+
+/// A ruleset for one more, nested domain per command, stricter than its runner's: writes only
+/// in `writable` and no access at all under `denied` (Toolyard's own state: the runner writes
+/// its spill files and quarantine there, its commands may not even read it). Being its own
+/// domain, it also makes the kernel refuse the command ptrace and `/proc/<pid>` access
+/// (descriptors, environment, memory) to its runner, the runner's other commands and the
+/// server, and (ABI 6) signals to them. `None` without Landlock.
+pub(crate) fn command_layer(
+    writable: &[PathBuf],
+    denied: &[PathBuf],
+) -> Option<std::os::fd::OwnedFd> {
+    match ruleset(writable, denied) {
+        Ok(ruleset) => Option::<std::os::fd::OwnedFd>::from(ruleset),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot build the commands' Landlock domain");
+            None
+        }
+    }
+}
+
+/// The rules: every right handled; `writable` trees get all of them (but making device
+/// nodes), everything else outside `denied` is readable, the terminal devices writable.
+/// Handling every right matters for nesting too: Landlock denies reparenting (a rename or link
+/// into another directory, with EXDEV) in any domain that does not handle `Refer`.
+fn ruleset(writable: &[PathBuf], denied: &[PathBuf]) -> Result<RulesetCreated, SandboxError> {
     let all = AccessFs::from_all(ABI_WANTED);
     let read = AccessFs::from_read(ABI_WANTED);
     let file_read = read & AccessFs::from_file(ABI_WANTED);
@@ -51,9 +115,9 @@ pub(crate) fn restrict(
         | AccessFs::Truncate
         | AccessFs::IoctlDev
         | AccessFs::ReadDir;
-
     // Device nodes are never made, even by root: one in the workspace would write outside it.
     let writable_access = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+
     let err = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -101,67 +165,7 @@ pub(crate) fn restrict(
             .add_rule(PathBeneath::new(fd, access))
             .map_err(err)?;
     }
-
-    let status = ruleset.restrict_self().map_err(err)?;
-    let writes = writable
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let denies = denied
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let (fs_status, note) = match status.ruleset {
-        RulesetStatus::FullyEnforced => (FeatureStatus::Enforced, String::new()),
-        RulesetStatus::PartiallyEnforced => (
-            FeatureStatus::Partial,
-            format!(
-                " (kernel Landlock older than ABI {}: some rights not restricted)",
-                ABI_WANTED as i32
-            ),
-        ),
-        RulesetStatus::NotEnforced => (
-            FeatureStatus::NotEnforced,
-            " (Landlock is not supported or not enabled by this kernel)".to_string(),
-        ),
-    };
-    let scope_status = match status.ruleset {
-        RulesetStatus::FullyEnforced => FeatureStatus::Enforced,
-        _ => FeatureStatus::NotEnforced,
-    };
-    Ok(FsOutcome {
-        status: fs_status,
-        detail: format!(
-            "writes only in: {writes} (+ /dev/null and terminals); file contents unreadable under: {denies}{note}"
-        ),
-        scope_status,
-        no_new_privs: status.no_new_privs,
-    })
-}
-
-/// A Landlock ruleset for one more, nested domain per command: it grants what the runner's
-/// domain grants (it handles only `Execute` and `Refer`, both allowed everywhere, so the
-/// runner's domain alone decides them) and scopes signals and abstract sockets, so its only effect is the domain boundary: the kernel then refuses the command
-/// ptrace and `/proc/<pid>` access (descriptors, environment, memory) to its runner, the
-/// runner's other commands and the server, and (ABI 6) signals to them. `None` without Landlock.
-pub(crate) fn command_layer() -> Option<std::os::fd::OwnedFd> {
-    // `Refer` must be handled and granted here: Landlock denies reparenting (a rename or link
-    // into another directory, with EXDEV) in any domain that does not handle it, whatever the
-    // outer domain allows. rustc, pip and npm stage files and rename them into place.
-    let passed = AccessFs::Execute | AccessFs::Refer;
-    let ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(passed)
-        .ok()?
-        .scope(Scope::from_all(ABI_WANTED))
-        .ok()?
-        .create()
-        .ok()?
-        .add_rule(PathBeneath::new(PathFd::new("/").ok()?, passed))
-        .ok()?;
-    Option::<std::os::fd::OwnedFd>::from(ruleset)
+    Ok(ruleset)
 }
 
 /// Push the paths to grant read on (all of `dir` except the `denied` trees) to `out`, and the

@@ -169,6 +169,11 @@ pub struct LanePolicy {
     /// Where the private homes of build tools live (writable, shared by the workspace's lanes;
     /// `None`: tools keep the user's own homes, read-only).
     pub cache_dir: Option<PathBuf>,
+    /// Toolyard's own state directory: commands may neither read nor write it (but the temp
+    /// dir and the caches within it).
+    pub state_dir: Option<PathBuf>,
+    /// Trees the runner itself writes and its commands may not (saved outputs, quarantine).
+    pub runner_write: Vec<PathBuf>,
     /// The `[sandbox]` section.
     pub config: SandboxConfig,
     /// The lane's limits (used by `heavy`).
@@ -183,6 +188,8 @@ impl LanePolicy {
             workspace,
             temp_dir,
             cache_dir: None,
+            state_dir: None,
+            runner_write: Vec::new(),
             config: SandboxConfig::default(),
             limits: LaneLimits::defaults(lane),
         }
@@ -407,9 +414,18 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
 
     // Decide how commands' trees are killed while the cgroup tree is still writable.
     let mechanism = crate::tree::mechanism();
+    // What commands may write; the runner also writes its cgroup tree and `runner_write`.
     let mut writable = vec![workspace, temp_dir.clone()];
+    let mut runner_only = Vec::new();
     if let crate::tree::Mechanism::Cgroup(dir) = mechanism {
-        writable.push(dir.clone());
+        runner_only.push(dir.clone());
+    }
+    for path in &policy.runner_write {
+        std::fs::create_dir_all(path).map_err(|e| SandboxError::Path {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        runner_only.push(existing_dir(path)?);
     }
     report.add(
         "tree-kill",
@@ -477,9 +493,15 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
         ),
     }
 
-    let fs = fs::restrict(&writable, &denied)?;
+    let mut command_denied = denied.clone();
+    if let Some(state) = &policy.state_dir {
+        command_denied.push(existing_dir(state)?);
+    }
+    let command_layer = fs::command_layer(&writable, &command_denied);
+    let runner_writable: Vec<PathBuf> = writable.iter().chain(&runner_only).cloned().collect();
+    let fs = fs::restrict(&runner_writable, &denied)?;
     report.add("landlock-fs", fs.status, fs.detail);
-    match fs::command_layer() {
+    match command_layer {
         Some(layer) if fs.status != FeatureStatus::NotEnforced => {
             let _ = COMMAND_LAYER.set(layer);
             report.add(
@@ -488,6 +510,17 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
                 "each command in a nested Landlock domain: no ptrace, /proc descriptors, \
                  environment or memory of its runner or the server",
             );
+            if let Some(state) = &policy.state_dir {
+                report.add(
+                    "state-hidden",
+                    FeatureStatus::Enforced,
+                    format!(
+                        "commands can neither read nor write Toolyard's state in {} (but their \
+                         temp dir and tool caches there)",
+                        state.display()
+                    ),
+                );
+            }
             report.add(
                 "no-capabilities",
                 FeatureStatus::Enforced,
