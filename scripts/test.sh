@@ -9,6 +9,10 @@ need_apt=()
 command -v git >/dev/null || need_apt+=(git)
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
 command -v npx >/dev/null || need_apt+=(nodejs npm)
+# The real workloads (crates/toolyard/tests/real_work.rs): C through make, a venv with pip.
+command -v cc >/dev/null || need_apt+=(gcc)
+command -v make >/dev/null || need_apt+=(make)
+python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if ((${#need_apt[@]})); then
   apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
 fi
