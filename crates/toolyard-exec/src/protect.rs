@@ -45,6 +45,16 @@ pub const DEFAULT_PROTECTED: &[&str] = &[
     ".git/hooks",
     ".git/config",
     ".gitmodules",
+    // Hook managers: what they make git run (husky v9 keeps the user's hooks here).
+    ".husky",
+    ".pre-commit-config.yaml",
+    ".pre-commit-hooks.yaml",
+    "lefthook.yml",
+    "lefthook.yaml",
+    ".lefthook.yml",
+    ".lefthook.yaml",
+    "lefthook-local.yml",
+    ".lefthook",
     ".mcp.json",
     ".vscode",
     ".idea",
@@ -773,9 +783,12 @@ impl Fixer {
                 },
                 Kind::File,
             ) => {
+                let now = read_small(dir, name);
                 let same_bytes = i64::try_from(bytes.len()).is_ok_and(|n| n == st.st_size)
-                    && read_small(dir, name).is_some_and(|now| now == *bytes);
-                if !same_bytes || mode_now != *mode {
+                    && now.as_ref().is_some_and(|now| now == bytes);
+                if mode_now != *mode
+                    || !same_bytes && !same_git_programs(rel, bytes, now.as_deref())
+                {
                     self.replace(dir, name, rel, node, "the command changed it");
                 }
             }
@@ -1061,6 +1074,30 @@ fn runs_program(bytes: &[u8]) -> Result<Option<String>, String> {
         .into_iter()
         .find(|(key, value)| key_runs_program(key, value))
         .map(|(key, _)| key))
+}
+
+/// Whether `rel` is a git config file whose change from `before` to `now` leaves every key
+/// that makes git run a program as it was: `git config user.email`, `git remote add` and
+/// `git branch --set-upstream-to` keep working from a command (and a change the user makes
+/// meanwhile is never reverted), while a hook path, an alias, a filter or an include is held.
+fn same_git_programs(rel: &str, before: &[u8], now: Option<&[u8]>) -> bool {
+    let is_git_config = Path::new(rel)
+        .file_name()
+        .is_some_and(|n| n == "config" || n == "config.worktree");
+    let Some(now) = now.filter(|_| is_git_config) else {
+        return false;
+    };
+    let programs = |bytes: &[u8]| {
+        config_entries(None, bytes).map(|entries| {
+            let mut held: Vec<(String, String)> = entries
+                .into_iter()
+                .filter(|(key, value)| key_runs_program(key, value))
+                .collect();
+            held.sort();
+            held
+        })
+    };
+    matches!((programs(before), programs(now)), (Ok(a), Ok(b)) if a == b)
 }
 
 /// The `(key, value)` pairs of the git config in `file`, else in `bytes`, as git itself reads

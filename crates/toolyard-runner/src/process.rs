@@ -15,6 +15,7 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Catalog, Lane, Tool, ToolContext, ToolError, ToolResult};
+use toolyard_exec::protect::{self, Protected};
 use toolyard_exec::sandbox::{self, LanePolicy, LanesConfig, SandboxConfig};
 use toolyard_tools::records::Records;
 use toolyard_tools::{Dialect, ToolEnv};
@@ -73,6 +74,24 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
     // and moves what a command did to protected paths into the quarantine.
     policy.state_dir = Some(state.path().to_path_buf());
     policy.runner_write = vec![state.outputs_dir(), state.quarantine_dir()];
+    // The protected paths that exist now are held read-only; git's own config files stay
+    // writable (`git config` replaces them by a rename) and are repaired after each command.
+    let catalog_file: Vec<PathBuf> = args
+        .catalog
+        .iter()
+        .filter(|p| p.is_absolute())
+        .cloned()
+        .collect();
+    let protected = Protected::new(&root, &protect::configured(&config), &catalog_file);
+    policy.read_only = protected
+        .existing()
+        .into_iter()
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n == "config" || n == "config.worktree")
+        })
+        .collect();
+    policy.keep_writable = protect::UNPROTECTED.iter().map(|u| root.join(u)).collect();
     policy.config = config;
     policy.limits = lanes.limits(args.lane);
     let slots = policy.limits.slots();

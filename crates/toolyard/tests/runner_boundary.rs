@@ -136,9 +136,9 @@ fn planted_git_hooks_and_editor_tasks_never_run_outside_the_sandbox() {
     for (i, tool) in ["run_command", "run_command_isolated"].iter().enumerate() {
         let m = markers.display();
         let attack = format!(
-            r#"set -e
-echo change{i} >> tracked.txt
+            r#"echo change{i} >> tracked.txt
 git add tracked.txt && git commit -qm "agent commit {i}" && echo COMMITTED
+# Each plant on its own: an existing hooks directory is read-only, the rest is undone after.
 printf '#!/bin/sh\ntouch {m}/hook\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit
 printf '#!/bin/sh\ntouch {m}/fsmonitor\n' > fsmon.sh; chmod +x fsmon.sh
 git config core.fsmonitor "$PWD/fsmon.sh"

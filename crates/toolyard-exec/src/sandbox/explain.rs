@@ -20,6 +20,8 @@ pub struct LaneRules {
     pub writable: Vec<PathBuf>,
     /// Trees whose contents no command may read.
     pub denied: Vec<PathBuf>,
+    /// Protected paths held read-only.
+    pub protected: Vec<PathBuf>,
     /// Whether the lane has no network (no-net isolated by a namespace or seccomp).
     pub offline: bool,
 }
@@ -59,6 +61,10 @@ const FILE_REFUSALS: &[&str] = &[
     "Invalid cross-device link",
     "os error 18",
     "EXDEV",
+    // A rename onto a path held read-only (a mount point).
+    "Device or resource busy",
+    "os error 16",
+    "EBUSY",
 ];
 
 /// Messages that mean the network or a name lookup was refused.
@@ -82,10 +88,22 @@ const NET_REFUSALS: &[&str] = &[
 pub fn explain_with(rules: &LaneRules, output: &str, cwd: &Path) -> Option<String> {
     let lines: Vec<&str> = output.lines().collect();
     for (i, line) in lines.iter().enumerate() {
-        if FILE_REFUSALS.iter().any(|m| line.contains(m)) {
-            // Tools name the path a few lines above the cause (cargo's "Caused by:" chain).
-            let context = &lines[i.saturating_sub(CONTEXT_LINES)..=i];
-            for path in context.iter().rev().flat_map(|l| paths_in(l, cwd)) {
+        if let Some(at) = FILE_REFUSALS.iter().filter_map(|m| line.find(m)).min() {
+            // The path named nearest before the cause first, then a few lines above it
+            // (cargo's "Caused by:" chain).
+            let above = &lines[i.saturating_sub(CONTEXT_LINES)..i];
+            let nearest = paths_in(&line[..at], cwd).into_iter().rev();
+            let earlier = above
+                .iter()
+                .rev()
+                .flat_map(|l| paths_in(l, cwd).into_iter().rev());
+            for path in nearest.chain(earlier) {
+                if let Some(held) = rules.protected.iter().find(|p| path.starts_with(p)) {
+                    return Some(format!(
+                        "[sandbox: {} is a protected path, read-only for commands: code there (git hooks, editor and agent configuration, shell start-up files) runs outside the sandbox; leave it alone, or tell the user what to change there and why]",
+                        held.display()
+                    ));
+                }
                 if let Some(denied) = rules.denied.iter().find(|d| path.starts_with(d)) {
                     return Some(format!(
                         "[sandbox: reading {} is refused in every lane: {} is a secret location ([sandbox] deny_read in the catalog); work with copies inside the workspace instead]",
@@ -117,13 +135,20 @@ fn is_device(path: &Path) -> bool {
     path.starts_with("/dev") || path.starts_with("/proc") || path.starts_with("/sys")
 }
 
-/// The file paths a message line names: absolute ones, `~/` ones, and relative ones in quotes
+/// The file paths a message line names: absolute ones, `~/` ones, and relative ones with a `/`
 /// (resolved against `cwd`), cleaned of `.` and `..` without touching the disk.
 fn paths_in(line: &str, cwd: &Path) -> Vec<PathBuf> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut out = Vec::new();
     let quoted = |c: char| matches!(c, '\'' | '"' | '`' | '‘' | '’' | '“' | '”');
-    for raw in line.split(|c: char| c.is_whitespace() || quoted(c)) {
+    for (n, raw) in line
+        .split(|c: char| c.is_whitespace() || quoted(c))
+        .enumerate()
+    {
+        // `/bin/sh: 1: cannot create ...`: the program that reports, not what it was refused.
+        if n == 0 && raw.ends_with(':') {
+            continue;
+        }
         let token = raw.trim_matches(|c: char| {
             matches!(
                 c,
@@ -134,10 +159,8 @@ fn paths_in(line: &str, cwd: &Path) -> Vec<PathBuf> {
             PathBuf::from(token)
         } else if let (Some(rest), Some(home)) = (token.strip_prefix("~/"), home.as_ref()) {
             home.join(rest)
-        } else if token.contains('/')
-            && !token.contains("://")
-            && line.contains(&format!("'{token}'"))
-        {
+        } else if token.contains('/') && !token.contains("://") {
+            // Relative: judged where it lands from the working directory.
             cwd.join(token)
         } else {
             continue;
@@ -173,6 +196,7 @@ mod tests {
             lane: if offline { Lane::NoNet } else { Lane::Net },
             writable: vec!["/work/ws".into(), "/state/tmp/net-1".into()],
             denied: vec!["/home/u/.ssh".into()],
+            protected: vec!["/work/ws/.git/hooks".into()],
             offline,
         }
     }
@@ -214,6 +238,20 @@ mod tests {
         // A relative path that climbs out is judged where it lands.
         let out = "touch: cannot touch '../../etc/x': Permission denied";
         assert!(explain_with(&rules(false), out, Path::new("/work/ws")).is_some());
+    }
+
+    #[test]
+    fn a_write_to_a_held_path_says_it_is_protected() {
+        for out in [
+            "/bin/sh: 1: cannot create .git/hooks/pre-commit: Read-only file system",
+            "touch: cannot touch '.git/hooks/pre-commit': Read-only file system",
+        ] {
+            let note = explain_with(&rules(false), out, Path::new("/work/ws")).unwrap();
+            assert!(
+                note.contains("/work/ws/.git/hooks is a protected path"),
+                "{note}"
+            );
+        }
     }
 
     #[test]

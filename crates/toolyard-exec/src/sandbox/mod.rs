@@ -20,6 +20,7 @@
 
 pub mod explain;
 mod fs;
+mod hold;
 mod homes;
 mod limits;
 mod net;
@@ -174,6 +175,10 @@ pub struct LanePolicy {
     pub state_dir: Option<PathBuf>,
     /// Trees the runner itself writes and its commands may not (saved outputs, quarantine).
     pub runner_write: Vec<PathBuf>,
+    /// Existing protected paths, held read-only for the runner and its commands.
+    pub read_only: Vec<PathBuf>,
+    /// Paths beneath a read-only one that stay writable (Toolyard's artifacts).
+    pub keep_writable: Vec<PathBuf>,
     /// The `[sandbox]` section.
     pub config: SandboxConfig,
     /// The lane's limits (used by `heavy`).
@@ -190,6 +195,8 @@ impl LanePolicy {
             cache_dir: None,
             state_dir: None,
             runner_write: Vec::new(),
+            read_only: Vec::new(),
+            keep_writable: Vec::new(),
             config: SandboxConfig::default(),
             limits: LaneLimits::defaults(lane),
         }
@@ -407,6 +414,33 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
         );
     }
 
+    // In the namespaces above (a user namespace gives the right to mount), before Landlock.
+    let mut held = Vec::new();
+    if !policy.read_only.is_empty() {
+        match hold::hold_read_only(&policy.read_only, &policy.keep_writable) {
+            Ok(paths) => {
+                let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                report.add(
+                    "protected-read-only",
+                    FeatureStatus::Enforced,
+                    format!(
+                        "held read-only in the runner's own mount namespace: {}",
+                        names.join(", ")
+                    ),
+                );
+                held = paths;
+            }
+            Err(e) => report.add(
+                "protected-read-only",
+                FeatureStatus::NotEnforced,
+                format!(
+                    "no mount namespace here ({e}): changes to protected paths are undone after \
+                     each command instead"
+                ),
+            ),
+        }
+    }
+
     if policy.lane == Lane::Heavy {
         limits::apply_rlimits(&policy.limits, &mut report);
         limits::apply_cgroup(&policy.limits, &mut report);
@@ -593,6 +627,7 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
         lane: policy.lane,
         writable,
         denied,
+        protected: held,
         offline,
     });
     tracing::info!(lane = %policy.lane, "sandbox applied\n{report}");
