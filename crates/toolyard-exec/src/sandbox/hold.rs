@@ -29,10 +29,11 @@ pub(crate) fn hold_read_only(paths: &[PathBuf], writable: &[PathBuf]) -> io::Res
         }
     }
     for path in writable {
-        if held.iter().any(|h| path.starts_with(h)) && path.exists() {
-            if let Err(e) = bind(path, false) {
-                tracing::warn!(path = %path.display(), error = %e, "cannot leave a path writable");
-            }
+        if held.iter().any(|h| path.starts_with(h))
+            && path.exists()
+            && let Err(e) = bind(path, false)
+        {
+            tracing::warn!(path = %path.display(), error = %e, "cannot leave a path writable");
         }
     }
     Ok(held)
