@@ -718,6 +718,22 @@ pub fn probe() -> SandboxReport {
             format!("{ns}: {e}"),
         ),
     }
+    let maps = (!privileged).then(IdMaps::current);
+    match in_child(move || {
+        net::unshare(0, maps.as_ref())?;
+        hold::hold_read_only(&[], &[]).map(|_| ())
+    }) {
+        Ok(()) => report.add(
+            "protected-read-only",
+            FeatureStatus::Available,
+            "a mount namespace per runner: existing protected paths held read-only",
+        ),
+        Err(e) => report.add(
+            "protected-read-only",
+            FeatureStatus::Unavailable,
+            format!("no mount namespace ({e}): protected paths are undone after each command"),
+        ),
+    }
     let seccomp = net::socket_filter()
         .map_err(std::io::Error::other)
         .and_then(|prog| {
