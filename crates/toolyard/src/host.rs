@@ -180,22 +180,16 @@ impl HostsDir {
     /// symlink or another user's, and made private again when its mode let others in.
     fn open(d: &Dispatcher) -> Result<Self> {
         let path = hosts_dir(d);
-        match std::fs::DirBuilder::new()
-            .recursive(false)
+        std::fs::DirBuilder::new()
+            .recursive(true)
             .mode(0o700)
             .create(&path)
-        {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(e).with_context(|| {
-                    format!(
-                        "cannot create the session hosts' directory {}",
-                        path.display()
-                    )
-                });
-            }
-        }
+            .with_context(|| {
+                format!(
+                    "cannot create the session hosts' directory {}",
+                    path.display()
+                )
+            })?;
         let dir = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
