@@ -121,14 +121,23 @@ impl Env {
     }
 
     /// Start the host of the default dialect (loopr) with a short process, learn its key and
-    /// hosts directory, and wait until it has left.
-    fn key_of_a_host_that_left(&self) -> (String, PathBuf) {
+    /// hosts directory, and wait until it has left. `None` (said on stderr) where this system
+    /// allows no background process (no PID namespace per command, as in a default
+    /// container): no command outlives its call there, so none can stand in for a host.
+    fn key_of_a_host_that_left(&self) -> Option<(String, PathBuf)> {
         let o = self.call(
             "probe",
             "run_command",
             &json!({"command": "true", "background": true}),
             &[],
         );
+        if text(&o).contains("background processes need a PID namespace per command") {
+            eprintln!(
+                "SKIPPED: no background processes on this system (no PID namespace per \
+                 command), so no command outlives its call to squat or plant for a host"
+            );
+            return None;
+        }
         assert!(o.status.success(), "{}", text(&o));
         let hosts = self.hosts();
         assert_eq!(hosts.len(), 1, "one host: {hosts:?}");
@@ -137,7 +146,7 @@ impl Env {
             wait_until(PATIENCE, || !alive(pid)),
             "the host leaves once its process ended"
         );
-        (key, self.hosts_dirs()[0].clone())
+        Some((key, self.hosts_dirs()[0].clone()))
     }
 }
 
@@ -235,7 +244,9 @@ while bound and time.time() < deadline:
 /// Mallory's background command (Claude Code's `Bash`, so another host key) squats the host of
 /// the loopr dialect once it has left; Alice's next commands must still reach a real host.
 fn squat_then_call(e: &Env) {
-    let (key, hosts) = e.key_of_a_host_that_left();
+    let Some((key, hosts)) = e.key_of_a_host_that_left() else {
+        return;
+    };
     std::fs::write(e.ws.join("squat.py"), SQUAT).unwrap();
     let (loot, status) = (e.ws.join("loot.txt"), e.ws.join("squat-status.txt"));
     let sock = hosts.join(format!("{key}.sock"));
@@ -298,7 +309,9 @@ fn r02_a_planted_host_socket_is_refused_by_the_client_too() {
 #[test]
 fn r03_the_host_never_writes_through_a_planted_log_symlink_or_trusts_a_planted_record() {
     let e = env_with(true);
-    let (key, hosts) = e.key_of_a_host_that_left();
+    let Some((key, hosts)) = e.key_of_a_host_that_left() else {
+        return;
+    };
     let rc = e.home.join(".bashrc");
     std::fs::write(&rc, "# the user's own start-up file\n").unwrap();
     let before = std::fs::read(&rc).unwrap();
