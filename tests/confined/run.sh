@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The lanes' end-to-end, runner-boundary and audit tests again, where most agents run: as root without
-# CAP_SYS_ADMIN (capsh), inside a default container's limits (no CAP_SYS_ADMIN and a seccomp
-# profile refusing namespaces: crates/toolyard-exec/examples/container_jail.rs), and as an
-# unprivileged user. Every lane must run commands in each, with what confinement holds there.
+# The lanes' end-to-end, runner-boundary and audit tests again, where most agents run: as root
+# without CAP_SYS_ADMIN (capsh), inside a default container's limits (no CAP_SYS_ADMIN and a
+# seccomp profile refusing namespaces: crates/toolyard-exec/examples/container_jail.rs), and as
+# an unprivileged user. Every lane must run commands in each, with what confinement holds there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
