@@ -790,10 +790,12 @@ async fn take_lock(hosts: &HostsDir, key: &str) -> Result<Option<File>> {
             return Ok(None);
         }
         if Instant::now() >= deadline {
+            // A lock is never stale (it goes with its process): its holder lives and hangs.
             bail!(
-                "another session host of this workspace holds {} and does not answer; if no \
-                 `toolyard session-host` process runs, remove that file",
-                hosts.shown(&name)
+                "another session host of this workspace holds {} and does not answer; stop \
+                 that `toolyard session-host --key {key}` process (its pid is in {})",
+                hosts.shown(&name),
+                hosts.shown(&record_name(key))
             );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
