@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The lanes' end-to-end, runner-boundary and development-sandbox tests again, where most agents run: as root without
-# CAP_SYS_ADMIN (capsh), inside a default container's limits (no CAP_SYS_ADMIN and a seccomp
-# profile refusing namespaces: crates/toolyard-exec/examples/container_jail.rs), and as an
-# unprivileged user. Every lane must run commands in each, with what confinement holds there.
+# The lanes' end-to-end, runner-boundary, development-sandbox and audit tests again, where most
+# agents run: as root without CAP_SYS_ADMIN (capsh), inside a default container's limits (no
+# CAP_SYS_ADMIN and a seccomp profile refusing namespaces:
+# crates/toolyard-exec/examples/container_jail.rs), and as an unprivileged user. Every lane must
+# run commands in each, with what confinement holds there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -15,7 +16,8 @@ command -v setpriv >/dev/null || { apt-get update -qq && apt-get install -y -qq 
 
 cargo build -q -p toolyard --bin toolyard
 cargo build -q -p toolyard-exec --example container_jail
-tests=$(cargo test -q -p toolyard --test lanes_e2e --test runner_boundary --test dev_sandbox_e2e --no-run \
+tests=$(cargo test -q -p toolyard --test lanes_e2e --test runner_boundary --test dev_sandbox_e2e \
+  --test audit_e2e --no-run \
   --message-format=json | python3 -c '
 import json, sys
 for line in sys.stdin:

@@ -26,8 +26,10 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$work/ws" "$work/state"
 
+# No token: the suite sends none. The server lives only for this script, on a scratch workspace.
 TOOLYARD_MCP_CONFORMANCE=1 TOOLYARD_STATE_DIR="$work/state" \
-  "$TOOLYARD_BIN" serve --workspace "$work/ws" --http 127.0.0.1:0 2>"$work/server.log" &
+  "$TOOLYARD_BIN" serve --workspace "$work/ws" --http 127.0.0.1:0 --trust-every-local-process \
+  2>"$work/server.log" &
 server_pid=$!
 
 url=""

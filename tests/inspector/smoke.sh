@@ -34,7 +34,9 @@ grep -q 'hello from the inspector smoke test' <<<"$out" || fail "stdio read_file
 grep -q '"isError": false' <<<"$out" || fail "stdio read_file reported an error"
 
 # streamable HTTP
-TOOLYARD_STATE_DIR="$work/state" "$BIN" serve --workspace "$work/ws" --http 127.0.0.1:0 2>"$work/server.log" &
+# No token (the inspector's CLI is given none): a scratch server that lives only for this script.
+TOOLYARD_STATE_DIR="$work/state" "$BIN" serve --workspace "$work/ws" --http 127.0.0.1:0 \
+  --trust-every-local-process 2>"$work/server.log" &
 server_pid=$!
 url=""
 for _ in $(seq 1 200); do

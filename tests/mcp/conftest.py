@@ -56,16 +56,35 @@ def server_env(state_dir: Path) -> dict[str, str]:
     return env
 
 
-class HttpServer:
-    """`toolyard serve --http 127.0.0.1:0`, its chosen port read from stderr."""
+def http_transport(url: str, token: str | None):
+    """A streamable HTTP transport to `url` that sends the server's bearer token (and keeps
+    cookies, as the SDK's own client does)."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
 
-    def __init__(self, workspace: Path, state_dir: Path, extra: list[str], addr: str = "127.0.0.1:0"):
+    headers = {"authorization": f"Bearer {token}"} if token else None
+    return streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))
+
+
+class HttpServer:
+    """`toolyard serve --http 127.0.0.1:0`, its chosen port and its token read from stderr.
+
+    Without `token` the server makes one and prints it (the default); with one, it is passed in
+    TOOLYARD_HTTP_TOKEN."""
+
+    def __init__(
+        self, workspace: Path, state_dir: Path, extra: list[str], addr: str = "127.0.0.1:0", token: str | None = None
+    ):
+        env = server_env(state_dir)
+        if token:
+            env["TOOLYARD_HTTP_TOKEN"] = token
+        self.token = token or env.get("TOOLYARD_HTTP_TOKEN")
         self.proc = subprocess.Popen(
             [toolyard_bin(), "serve", "--workspace", str(workspace), "--http", addr, *extra],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            env=server_env(state_dir),
+            env=env,
             text=True,
         )
         self.url = self._wait_for_url()
@@ -77,11 +96,24 @@ class HttpServer:
             line = self.proc.stderr.readline()
             if not line:
                 break
+            m = re.search(r"HTTP bearer token: (\S+)", line)
+            if m:
+                self.token = m.group(1)
             m = re.search(r"serving MCP on (http://\S+)", line)
             if m:
                 return m.group(1)
         self.stop()
         raise RuntimeError("toolyard serve --http did not report its address")
+
+    def headers(self) -> dict[str, str]:
+        """The header that carries this server's token."""
+        return {"authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def client(self, mode: str):
+        """An `mcp.Client` of this server, sending its token."""
+        from mcp import Client
+
+        return Client(http_transport(self.url, self.token), mode=mode)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -111,7 +143,7 @@ async def connect(transport: str, mode: str, workspace: Path, state_dir: Path, e
     else:
         server = HttpServer(workspace, state_dir, extra)
         try:
-            async with Client(server.url, mode=mode) as client:
+            async with server.client(mode) as client:
                 yield client
         finally:
             server.stop()

@@ -22,7 +22,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from conftest import pids_with_marker, text_of, toolyard_bin
+from conftest import http_transport, pids_with_marker, text_of, toolyard_bin
 
 pytestmark = pytest.mark.anyio
 
@@ -91,11 +91,15 @@ class Http:
         )
         assert self.proc.stderr is not None
         self.url = None
+        self.token = None
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             line = self.proc.stderr.readline()
             if not line:
                 break
+            m = re.search(r"HTTP bearer token: (\S+)", line)
+            if m:
+                self.token = m.group(1)
             m = re.search(r"serving MCP on (http://\S+)", line)
             if m:
                 self.url = m.group(1)
@@ -114,11 +118,18 @@ class Http:
                 self.proc.wait()
 
 
+    def client(self, mode: str):
+        """An `mcp.Client` of this server, sending the token it printed."""
+        from mcp import Client
+
+        return Client(http_transport(self.url, self.token), mode=mode)
+
+
 @contextlib.contextmanager
 def http_server(ws: Path, env: dict[str, str], extra: list[str] | None = None):
     server = Http(ws, env, extra)
     try:
-        yield server.url
+        yield server
     finally:
         server.stop()
 
@@ -210,14 +221,12 @@ def edit_args(marker: str) -> dict:
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 async def test_eight_http_sessions_editing_one_file_lose_no_update(mode, box):
-    from mcp import Client
-
     ws, env = box
     (ws / SHARED).write_text(SHARED_TEXT)
     markers = [f"marker-http-{i}" for i in range(8)]
-    with http_server(ws, env) as url:
+    with http_server(ws, env) as server:
         async with contextlib.AsyncExitStack() as stack:
-            clients = {m: await stack.enter_async_context(Client(url, mode=mode)) for m in markers}
+            clients = {m: await stack.enter_async_context(server.client(mode)) for m in markers}
 
             async def read(m: str) -> None:
                 await call_ok(clients[m], "read_file", {"path": SHARED})
@@ -265,8 +274,6 @@ async def test_four_cli_processes_editing_one_file_lose_no_update(box):
 
 @pytest.mark.parametrize("layout", ["one-stdio-session", "four-http-sessions"])
 async def test_thirty_two_concurrent_edits_of_different_files_all_land(layout, box):
-    from mcp import Client
-
     ws, env = box
     names = [f"f{i:02d}.txt" for i in range(32)]
     for n in names:
@@ -289,9 +296,9 @@ async def test_thirty_two_concurrent_edits_of_different_files_all_land(layout, b
         async with stdio_client(ws, env) as client:
             await read_then_edit_all(client, names)
     else:
-        with http_server(ws, env) as url:
+        with http_server(ws, env) as server:
             async with contextlib.AsyncExitStack() as stack:
-                clients = [await stack.enter_async_context(Client(url, mode="legacy")) for _ in range(4)]
+                clients = [await stack.enter_async_context(server.client("legacy")) for _ in range(4)]
                 async with anyio.create_task_group() as tg:
                     for k, c in enumerate(clients):
                         tg.start_soon(read_then_edit_all, c, names[k::4])
@@ -351,11 +358,9 @@ async def test_reads_during_writes_see_one_whole_version(box):
 
     # The writer speaks loopr over HTTP; the reader is a loom-dialect server on the same
     # workspace, whose read_file returns the contents raw.
-    from mcp import Client
-
-    with http_server(ws, env) as url:
+    with http_server(ws, env) as server:
         async with (
-            Client(url, mode="legacy") as w,
+            server.client("legacy") as w,
             stdio_client(ws, env, ["--dialect", "loom"]) as r,
             anyio.create_task_group() as tg,
         ):

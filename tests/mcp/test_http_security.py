@@ -1,4 +1,4 @@
-"""The HTTP front door lets no one in: a token off loopback, and one session per client in every era."""
+"""The HTTP front door lets no one in: a token (printed, or configured), and one session per client in every era."""
 
 from __future__ import annotations
 
@@ -69,6 +69,35 @@ def test_a_short_token_is_refused(workspace: Path, state_dir: Path):
     assert "shorter than 16" in proc.stderr
 
 
+def test_a_loopback_server_makes_and_prints_a_token_and_requires_it(workspace: Path, state_dir: Path, monkeypatch):
+    """Loopback is reachable by every local process (sandboxed commands of the net lane too)."""
+    monkeypatch.delenv("TOOLYARD_HTTP_TOKEN", raising=False)
+    monkeypatch.delenv("TOOLYARD_HTTP_TOKEN_FILE", raising=False)
+    server = HttpServer(workspace, state_dir, [])
+    try:
+        assert server.token and len(server.token) >= 32, "the token is printed on stderr"
+        status, body = post(server.url, INITIALIZE)
+        assert status == 401, body
+        status, body = post(server.url, INITIALIZE, server.headers())
+        assert status == 200, body
+    finally:
+        server.stop()
+
+
+def test_a_loopback_server_without_a_token_only_when_told_to_trust_every_local_process(
+    workspace: Path, state_dir: Path, monkeypatch
+):
+    monkeypatch.delenv("TOOLYARD_HTTP_TOKEN", raising=False)
+    monkeypatch.delenv("TOOLYARD_HTTP_TOKEN_FILE", raising=False)
+    server = HttpServer(workspace, state_dir, ["--trust-every-local-process"])
+    try:
+        assert server.token is None
+        status, body = post(server.url, INITIALIZE)
+        assert status == 200, body
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("source", ["env", "file"])
 def test_with_a_token_requests_need_it(workspace: Path, state_dir: Path, tmp_path: Path, monkeypatch, source):
     if source == "env":
@@ -99,12 +128,10 @@ def test_with_a_token_requests_need_it(workspace: Path, state_dir: Path, tmp_pat
 @pytest.mark.anyio
 async def test_two_modern_http_clients_never_share_a_session(workspace: Path, state_dir: Path):
     """2026-07-28 has no sessions: two clients must still keep their own reads and undo history."""
-    from mcp import Client
-
     (workspace / "a.txt").write_text("alpha\n")
     server = HttpServer(workspace, state_dir, [])
     try:
-        async with Client(server.url, mode="2026-07-28") as a, Client(server.url, mode="2026-07-28") as b:
+        async with server.client("2026-07-28") as a, server.client("2026-07-28") as b:
             assert not (await a.call_tool("read_file", {"path": "a.txt"})).is_error
             edit = await a.call_tool("edit_file", {"path": "a.txt", "old_string": "alpha", "new_string": "ALPHA"})
             assert not edit.is_error, text_of(edit)
@@ -139,13 +166,15 @@ def test_an_oversized_body_is_refused_before_it_is_read(workspace: Path, state_d
         conn.putheader("content-type", "application/json")
         conn.putheader("accept", "application/json, text/event-stream")
         conn.putheader("content-length", str(65 * 1024 * 1024))
+        for k, v in server.headers().items():
+            conn.putheader(k, v)
         conn.endheaders()
         conn.send(b'{"jsonrpc":"2.0"')
         resp = conn.getresponse()
         assert resp.status == 413, resp.read()
         assert "at most" in resp.read().decode()
         # The server goes on serving.
-        status, body = post(server.url, INITIALIZE)
+        status, body = post(server.url, INITIALIZE, server.headers())
         assert status == 200, body
     finally:
         server.stop()

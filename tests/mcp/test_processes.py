@@ -215,16 +215,15 @@ async def test_the_sandbox_holds_for_background_processes(workspace, state_dir, 
 
 async def test_ending_an_http_session_kills_its_processes_and_spares_another_sessions(workspace, state_dir, tmp_path):
     from conftest import HttpServer
-    from mcp import Client
 
     n = int(time.time() * 1000) % 1000000
     mine, theirs = f"298.{n}1", f"298.{n}2"
     server = HttpServer(workspace, state_dir, [])
     try:
-        async with Client(server.url, mode="legacy") as other:
+        async with server.client("legacy") as other:
             r = await other.call_tool("run_command", {"command": f"exec sleep {theirs}", "background": True})
             assert not r.is_error, text_of(r)
-            async with Client(server.url, mode="legacy") as client:
+            async with server.client("legacy") as client:
                 r = await client.call_tool("run_command", {"command": f"exec sleep {mine}", "background": True})
                 assert not r.is_error, text_of(r)
                 assert pids_with_marker(mine), "the process runs"
@@ -242,7 +241,6 @@ async def test_an_idle_cookie_session_loses_its_processes(workspace, state_dir, 
     """Protocol 2026-07-28 has no session end: an HTTP client's cookie session ends after
     [processes] idle_timeout_s without a request, and its processes with it."""
     from conftest import HttpServer
-    from mcp import Client
 
     n = int(time.time() * 1000) % 1000000
     idle, busy = f"297.{n}1", f"297.{n}2"
@@ -250,7 +248,7 @@ async def test_an_idle_cookie_session_loses_its_processes(workspace, state_dir, 
     path.write_text("[processes]\nidle_timeout_s = 3\n")
     server = HttpServer(workspace, state_dir, ["--catalog", str(path)])
     try:
-        async with Client(server.url, mode="2026-07-28") as quiet, Client(server.url, mode="2026-07-28") as active:
+        async with server.client("2026-07-28") as quiet, server.client("2026-07-28") as active:
             r = await quiet.call_tool("run_command", {"command": f"exec sleep {idle}", "background": True})
             assert not r.is_error, text_of(r)
             r = await active.call_tool("run_command", {"command": f"exec sleep {busy}", "background": True})

@@ -57,7 +57,7 @@ mod gate;
 mod idle;
 mod stdio;
 
-pub use gate::{ClientSession, Gate, SESSION_COOKIE};
+pub use gate::{ClientSession, Gate, McpSessionKey, SESSION_COOKIE};
 
 /// The protocol versions this server speaks, oldest first (every one rmcp knows).
 pub const PROTOCOL_VERSIONS: &[ProtocolVersion] = ProtocolVersion::KNOWN_VERSIONS;
@@ -223,9 +223,14 @@ impl ToolyardServer {
             return self.session.clone();
         }
         let parts = ctx.extensions.get::<axum::http::request::Parts>();
+        // Through the gate, the id's keyed hash: the id itself is stored nowhere.
         let header = parts
-            .and_then(|p| p.headers.get("mcp-session-id"))
-            .and_then(|v| v.to_str().ok());
+            .and_then(|p| p.extensions.get::<McpSessionKey>().map(|k| k.0.as_str()))
+            .or_else(|| {
+                parts
+                    .and_then(|p| p.headers.get("mcp-session-id"))
+                    .and_then(|v| v.to_str().ok())
+            });
         if let Some(id) = header {
             let session = format!("mcp-http-{id}");
             if let Ok(mut ended) = self.state.ended.lock() {

@@ -31,6 +31,16 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// Messages waiting for a link's writer: past this, senders wait (back-pressure).
 const QUEUE: usize = 256;
 
+/// The longest background process id kept from a runner's result (ids are like `net-12`).
+const MAX_PROCESS_ID_BYTES: usize = 256;
+
+/// The most background process ids kept per link, and lost per session: a runner that names a
+/// new one in every result cannot grow the server without bound.
+const MAX_KEPT_IDS: usize = 100_000;
+
+/// A link's records requests carried out at once; past this its lines wait to be read.
+const MAX_REQUESTS_IN_FLIGHT: usize = 64;
+
 /// How much of a link's stderr goes to the log; the rest is dropped (a tail is kept for
 /// start-up errors).
 const STDERR_LOG_BYTES: usize = 64 << 10;
@@ -628,6 +638,7 @@ async fn read_results(
     let begun: Arc<std::sync::Mutex<HashSet<i64>>> = Arc::default();
     // Dropped with the link: the parts of a pre-image it never sent whole go with it.
     let uploads: Arc<std::sync::Mutex<Uploads>> = Arc::default();
+    let requests = Arc::new(tokio::sync::Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
     let mut tick = tokio::time::interval(link.heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut heard = Instant::now();
@@ -664,17 +675,24 @@ async fn read_results(
         };
         match msg {
             FromRunner::Result { id, result } => {
+                // The job first: a result for no job in flight is dropped whole, whatever it
+                // carries.
+                let Some(p) = take(&pending, &id) else {
+                    tracing::debug!(%lane, "router: a result for no job in flight, dropped");
+                    continue;
+                };
                 let process = result
                     .data
                     .as_ref()
                     .and_then(|d| d.get("process_id"))
-                    .and_then(|v| v.as_str());
-                if let (Some(pid), Ok(mut set)) = (process, issued.lock()) {
+                    .and_then(|v| v.as_str())
+                    .filter(|pid| pid.len() <= MAX_PROCESS_ID_BYTES);
+                if let (Some(pid), Ok(mut set)) = (process, issued.lock())
+                    && set.len() < MAX_KEPT_IDS
+                {
                     set.insert(pid.to_string());
                 }
-                if let Some(p) = take(&pending, &id) {
-                    let _ = p.done.send(result);
-                }
+                let _ = p.done.send(result);
             }
             FromRunner::Progress { id, progress } => {
                 let sink = pending
@@ -686,6 +704,12 @@ async fn read_results(
                 }
             }
             FromRunner::Request { rid, op } => {
+                let Some(tx) = tx.upgrade() else { continue };
+                // Back-pressure: a runner that sends requests faster than they are answered
+                // (or never reads the replies) waits here instead of piling up tasks.
+                let Ok(permit) = requests.clone().acquire_owned().await else {
+                    continue;
+                };
                 // A runner's request is a claim, checked before it is carried out: it may act
                 // only for the sessions of its own jobs in flight, and end only the journal
                 // entries it began.
@@ -695,14 +719,15 @@ async fn read_results(
                         rid,
                         result: Reply::from_result(Err(e)),
                     };
-                    if let Some(tx) = tx.upgrade() {
-                        tokio::spawn(async move { tx.send(reply).await });
-                    }
+                    tokio::spawn(async move {
+                        let _permit = permit;
+                        tx.send(reply).await
+                    });
                     continue;
                 }
-                let Some(tx) = tx.upgrade() else { continue };
                 let (shared, begun, uploads) = (shared.clone(), begun.clone(), uploads.clone());
                 tokio::spawn(async move {
+                    let _permit = permit;
                     let is_begin = matches!(op, RecordOp::JournalBegin { .. });
                     let result = apply(shared.records.as_ref(), op, shared.remote, &uploads).await;
                     if let (true, Reply::Ok(Some(change))) = (is_begin, &result)
@@ -725,7 +750,9 @@ async fn read_results(
     alive.store(false, Ordering::SeqCst);
     // Its background processes died with it (their inits die with the runner's thread).
     if let (Ok(mut from), Ok(mut to)) = (issued.lock(), lost.lock()) {
-        to.entry(token.clone()).or_default().extend(from.drain());
+        let kept = to.entry(token.clone()).or_default();
+        let room = MAX_KEPT_IDS.saturating_sub(kept.len());
+        kept.extend(from.drain().take(room));
     }
     // Journal entries it began and never ended: the next runner settles them.
     if let (Ok(mut from), Ok(mut to)) = (begun.lock(), orphans.lock()) {
@@ -760,6 +787,10 @@ pub(crate) struct Uploads {
 /// The most bytes one link's uploads hold at once (two whole pre-images).
 const MAX_UPLOADING: u64 = 2 * MAX_PRE_IMAGE_BYTES;
 
+/// The most uploads one link has open at once, and the longest upload id.
+const MAX_UPLOADS: usize = 16;
+const MAX_UPLOAD_ID_BYTES: usize = 128;
+
 impl Uploads {
     /// Append part `seq` (base64 `data`) to `upload`; an upload whose parts come out of order
     /// or grow past the limits is dropped.
@@ -775,7 +806,15 @@ impl Uploads {
             .get(upload)
             .map_or((0, 0), |(n, b)| (*n, b.len() as u64));
         let len = bytes.len() as u64;
-        let refused = if seq != next {
+        let refused = if upload.len() > MAX_UPLOAD_ID_BYTES {
+            Some(format!(
+                "an upload id is longer than {MAX_UPLOAD_ID_BYTES} bytes"
+            ))
+        } else if !self.parts.contains_key(upload) && self.parts.len() >= MAX_UPLOADS {
+            Some(format!(
+                "this runner has {MAX_UPLOADS} uploads open already"
+            ))
+        } else if seq != next {
             Some(format!(
                 "part {seq} of upload {upload} came, {next} was expected"
             ))

@@ -7,13 +7,19 @@
 //! in the calling process as before. The first such call starts the host detached (`toolyard
 //! session-host`, in a session of its own, stdio to /dev/null and a log in the state directory).
 //!
-//! - **Transport.** An abstract Unix socket, `toolyard-host-KEY`. A sandboxed command cannot
-//!   reach it: the no-net lane is in a network namespace of its own, which holds its own abstract
-//!   sockets, and every lane's Landlock domain scopes abstract-socket connections (ABI 6), so a
-//!   connect from inside the sandbox fails before the host sees it. As a second layer for kernels
-//!   without the scope, the host takes a connection only from a peer (SO_PEERCRED) of its own uid
-//!   in its own PID namespace: every sandboxed command runs in a PID namespace of its own. A
-//!   filesystem socket would be reachable by whoever can open its path, the net lane included.
+//! - **Transport.** A Unix socket file, `hosts/KEY.sock`, in the state directory's private
+//!   `hosts/` directory (mode 0700, checked to be this user's and no symlink). A command cannot
+//!   create, replace or remove a file there (the directory is outside every lane's writable
+//!   trees), so no command can stand in for a host that left: an abstract socket name was
+//!   free for anyone to bind once its host was gone. Both ends also check each other: the peer
+//!   (SO_PEERCRED) must have our uid, run in our PID namespace (every sandboxed command has a
+//!   PID namespace of its own) and, when we are not under `no_new_privs`, not be under it
+//!   either (every sandboxed command is, and cannot leave it): that holds where the state
+//!   directory is inside the workspace, and on systems without PID namespaces.
+//! - **Files.** The host's files (socket, lock, log, record) are reached through a descriptor
+//!   of `hosts/` held open and opened without following symlinks; the log and the record are
+//!   made afresh (`O_EXCL`), so a symlink or file planted in their place is never written
+//!   through. One host per key holds `hosts/KEY.lock` for its life.
 //! - **Ends.** A session with no call for `[processes] idle_timeout_s` ends (its processes are
 //!   killed); the host leaves when no session holds a process or kept
 //!   state (Claude Code's `Bash` working directory) and no call came for [`GRACE`], and when
@@ -23,9 +29,14 @@
 //!   session's processes were lost, and the fresh host answers their ids as lost.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Write as _;
-use std::os::linux::net::SocketAddrExt as _;
-use std::path::{Path, PathBuf};
+use std::fs::{File, OpenOptions};
+use std::io::{Read as _, Write as _};
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::{
+    DirBuilderExt as _, FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _,
+    PermissionsExt as _,
+};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -53,6 +64,12 @@ const MAX_REQUEST_BYTES: u64 = 64 << 20;
 /// The host's first line to a connection it takes.
 const ACK: &str = "toolyard-host 1";
 
+/// The largest record a host or client reads back (its process ids, session by session).
+const MAX_RECORD_BYTES: u64 = 8 << 20;
+
+/// How long a starting host waits for the one before it (of the same key) to finish leaving.
+const LOCK_WAIT: Duration = Duration::from_secs(15);
+
 /// The hidden `session-host` subcommand's arguments.
 #[derive(clap::Args)]
 pub struct HostArgs {
@@ -75,7 +92,7 @@ struct Request {
 #[derive(Serialize, Deserialize, Default, Clone)]
 struct Record {
     pid: u32,
-    /// The abstract socket's name (without the leading NUL).
+    /// The socket file's path.
     socket: String,
     /// Each session's process ids handed out by this host.
     sessions: BTreeMap<String, Vec<String>>,
@@ -146,12 +163,164 @@ fn key_of(common: &Common, d: &Dispatcher) -> String {
     digest[..32].to_string()
 }
 
-fn socket_name(key: &str) -> String {
-    format!("toolyard-host-{key}")
-}
-
 fn hosts_dir(d: &Dispatcher) -> PathBuf {
     d.env().state.path().join("hosts")
+}
+
+/// The session hosts' private directory, held open: every file in it is reached through this
+/// descriptor (`/proc/self/fd/N/NAME`, which also keeps socket paths short whatever the state
+/// directory's length) and opened without following a symlink.
+struct HostsDir {
+    dir: File,
+    path: PathBuf,
+}
+
+impl HostsDir {
+    /// Make (mode 0700) or open `hosts/` in `d`'s state directory; refused when it is a
+    /// symlink or another user's, and made private again when its mode let others in.
+    fn open(d: &Dispatcher) -> Result<Self> {
+        let path = hosts_dir(d);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&path)
+            .with_context(|| {
+                format!(
+                    "cannot create the session hosts' directory {}",
+                    path.display()
+                )
+            })?;
+        let dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .with_context(|| {
+                format!(
+                    "cannot open the session hosts' directory {} (it must be a directory, not a \
+                     symlink: remove it and call again)",
+                    path.display()
+                )
+            })?;
+        let meta = dir.metadata()?;
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me {
+            bail!(
+                "the session hosts' directory {} belongs to uid {}, not to this user (uid {me}); \
+                 remove it and call again",
+                path.display(),
+                meta.uid()
+            );
+        }
+        if meta.mode() & 0o077 != 0 {
+            dir.set_permissions(std::fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("cannot make {} private (mode 0700)", path.display()))?;
+        }
+        Ok(Self { dir, path })
+    }
+
+    /// `name` in this directory, as a path that resolves through the held descriptor.
+    fn at(&self, name: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}/{name}", self.dir.as_raw_fd()))
+    }
+
+    /// `name`'s real path, for messages and the record.
+    fn shown(&self, name: &str) -> String {
+        self.path.join(name).display().to_string()
+    }
+
+    /// Remove `name` (a file, a socket or a symlink, never what a symlink points to).
+    fn remove(&self, name: &str) -> std::io::Result<()> {
+        match std::fs::remove_file(self.at(name)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    }
+
+    /// A new, empty, private file `name`, made afresh: whatever was there (a symlink planted
+    /// to redirect the write) is removed, and the create fails rather than open anything
+    /// that appears in between.
+    fn create_fresh(&self, name: &str) -> std::io::Result<File> {
+        self.remove(name)?;
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(self.at(name))
+    }
+
+    /// The text of the regular file `name`, at most `limit` bytes; `None` when it is absent,
+    /// a symlink, not a regular file or not text.
+    fn read(&self, name: &str, limit: u64) -> Option<String> {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(self.at(name))
+            .ok()?;
+        if !file.metadata().ok()?.is_file() {
+            return None;
+        }
+        let mut text = String::new();
+        file.take(limit).read_to_string(&mut text).ok()?;
+        Some(text)
+    }
+
+    fn read_record(&self, key: &str) -> Option<Record> {
+        serde_json::from_str(&self.read(&record_name(key), MAX_RECORD_BYTES)?).ok()
+    }
+
+    /// The record of a host that is gone without clearing it: it was killed or crashed.
+    fn dead_record(&self, key: &str) -> Option<Record> {
+        self.read_record(key)
+            .filter(|r| r.pid != std::process::id() && !alive(r.pid))
+    }
+
+    /// Replace the record whole: a fresh temporary file renamed over it.
+    fn write_record(&self, key: &str, record: &Record) -> std::io::Result<()> {
+        let name = record_name(key);
+        let tmp = format!("{name}.tmp");
+        let mut file = self.create_fresh(&tmp)?;
+        file.write_all(&serde_json::to_vec_pretty(record)?)?;
+        drop(file);
+        std::fs::rename(self.at(&tmp), self.at(&name))
+    }
+
+    /// Connect to `key`'s host and check that the peer is one: `None` when no host listens.
+    fn connect(&self, key: &str) -> std::io::Result<UnixStream> {
+        let name = socket_name(key);
+        let path = self.at(&name);
+        // connect() follows a symlink: take only a socket.
+        let meta = std::fs::symlink_metadata(&path)?;
+        if !meta.file_type().is_socket() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} is not a socket", self.shown(&name)),
+            ));
+        }
+        let std_stream = std::os::unix::net::UnixStream::connect(&path)?;
+        std_stream.set_nonblocking(true)?;
+        let stream = UnixStream::from_std(std_stream)?;
+        peer_is_trusted(&stream).map_err(|why| {
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "the process listening on {} is not a session host of this user ({why}); \
+                     refusing to send it calls",
+                    self.shown(&name)
+                ),
+            )
+        })?;
+        Ok(stream)
+    }
+}
+
+fn socket_name(key: &str) -> String {
+    format!("{key}.sock")
+}
+
+fn record_name(key: &str) -> String {
+    format!("{key}.json")
 }
 
 fn alive(pid: u32) -> bool {
@@ -165,19 +334,48 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-fn read_record(path: &Path) -> Option<Record> {
-    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
-}
-
-/// The record of a host that is gone without clearing it: it was killed or crashed.
-fn dead_record(path: &Path) -> Option<Record> {
-    read_record(path).filter(|r| r.pid != std::process::id() && !alive(r.pid))
-}
-
-fn write_record(path: &Path, record: &Record) -> std::io::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(record)?)?;
-    std::fs::rename(&tmp, path)
+/// Whether the peer of `stream` may be trusted as the other end of a host connection (a client
+/// to a host, a host to a client): our uid, in our PID namespace (every sandboxed command runs
+/// in one of its own), and not under `no_new_privs` unless we are too (every sandboxed command
+/// is, and nothing can lift it). Its pid when so.
+fn peer_is_trusted(stream: &UnixStream) -> Result<i32, String> {
+    let cred = stream
+        .peer_cred()
+        .map_err(|e| format!("its credentials are unreadable: {e}"))?;
+    // SAFETY: geteuid cannot fail.
+    if cred.uid() != unsafe { libc::geteuid() } {
+        return Err(format!("uid {} is not this user's", cred.uid()));
+    }
+    // pid 0: a PID namespace this process cannot see into.
+    let pid = cred
+        .pid()
+        .filter(|p| *p > 0)
+        .ok_or("its process is in a PID namespace this process cannot see")?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("its process {pid} is unreadable: {e}"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    // NSpid lists its pid in each namespace from ours down: one entry means ours.
+    let levels = field("NSpid:")
+        .map(|l| l.split_whitespace().count())
+        .ok_or("this kernel does not say the peer's PID namespace")?;
+    if levels != 1 {
+        return Err(format!(
+            "its process {pid} runs in another PID namespace (a sandboxed command)"
+        ));
+    }
+    // SAFETY: prctl with constant arguments only reads a flag.
+    let we_are_nnp = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) } == 1;
+    if !we_are_nnp && field("NoNewPrivs:") == Some("1") {
+        return Err(format!(
+            "its process {pid} runs under no_new_privs, as every sandboxed command does"
+        ));
+    }
+    Ok(pid)
 }
 
 // ---- the client: `toolyard call` ------------------------------------------------------------
@@ -191,15 +389,8 @@ pub async fn call(
     args: Value,
 ) -> Result<ToolResult> {
     let key = key_of(common, d);
-    let dir = hosts_dir(d);
-    std::fs::create_dir_all(&dir).with_context(|| {
-        format!(
-            "cannot create the session hosts' directory {}",
-            dir.display()
-        )
-    })?;
+    let hosts = HostsDir::open(d)?;
     let reaches = d.runs_in_process_lane(&tool);
-    let record = dir.join(format!("{key}.json"));
     let request = serde_json::to_string(&Request {
         session: session.clone(),
         tool,
@@ -208,13 +399,18 @@ pub async fn call(
     let mut starts = 0;
     let mut last_error = String::from("it never answered");
     for _ in 0..100 {
-        match connect(&key).await {
+        match hosts.connect(&key) {
             Ok(stream) => match exchange(stream, &request).await? {
                 Some(result) => return Ok(result),
                 // It was leaving: a fresh one starts below.
                 None => last_error = "it was shutting down".into(),
             },
-            Err(_) if starts == 0 && reaches && dead_record(&record).is_none() => {
+            Err(e)
+                if starts == 0
+                    && reaches
+                    && e.kind() != std::io::ErrorKind::PermissionDenied
+                    && hosts.dead_record(&key).is_none() =>
+            {
                 // No host, none killed: no process to reach. Answer here (the tool says there
                 // is none) rather than start a host for nothing.
                 let req: Request = serde_json::from_str(&request)?;
@@ -223,10 +419,13 @@ pub async fn call(
                     .await);
             }
             Err(e) if starts < 3 => {
+                // No host, or one that is not ours: a fresh host takes the key's lock and
+                // replaces whatever socket is there.
                 tracing::debug!(error = %e, "no session host answers; starting one");
+                last_error = e.to_string();
                 starts += 1;
-                report_lost(&record, &session);
-                start_host(common, d, &key, &dir).await?;
+                report_lost(&hosts, &key, &session);
+                start_host(common, d, &key, &hosts).await?;
                 continue;
             }
             Err(e) => last_error = e.to_string(),
@@ -235,26 +434,12 @@ pub async fn call(
     }
     bail!(
         "the session host for this workspace does not answer ({last_error}); see its log in {}",
-        dir.display()
+        hosts.shown(&log_name(&key))
     )
 }
 
-async fn connect(key: &str) -> std::io::Result<UnixStream> {
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(socket_name(key).as_bytes())?;
-    let std_stream = std::os::unix::net::UnixStream::connect_addr(&addr)?;
-    std_stream.set_nonblocking(true)?;
-    let stream = UnixStream::from_std(std_stream)?;
-    // Anyone may bind an abstract name first: talk only to a host of our own uid.
-    let cred = stream.peer_cred()?;
-    // SAFETY: geteuid cannot fail.
-    if cred.uid() != unsafe { libc::geteuid() } {
-        return Err(std::io::Error::other(format!(
-            "the socket @{} belongs to uid {}, not to this user; refusing to send it calls",
-            socket_name(key),
-            cred.uid()
-        )));
-    }
-    Ok(stream)
+fn log_name(key: &str) -> String {
+    format!("{key}.log")
 }
 
 /// Send one request; `None` when the host closed before taking it (it is leaving).
@@ -286,35 +471,31 @@ async fn exchange(stream: UnixStream, request: &str) -> Result<Option<ToolResult
 }
 
 /// Tell the user (stderr) that a killed host took `session`'s processes with it.
-fn report_lost(record: &Path, session: &str) {
-    let Some(dead) = dead_record(record) else {
+fn report_lost(hosts: &HostsDir, key: &str, session: &str) {
+    let Some(dead) = hosts.dead_record(key) else {
         return;
     };
     if let Some(ids) = dead.sessions.get(session) {
+        let ids = if ids.is_empty() {
+            "none by id".to_string()
+        } else {
+            ids.join(", ")
+        };
         eprintln!(
-            "toolyard: the session host (pid {}) stopped without ending its sessions (killed or \
-             crashed): the processes of session `{session}` ({}) and its shell were lost; \
-             starting a fresh host",
-            dead.pid,
-            if ids.is_empty() {
-                "none by id".to_string()
-            } else {
-                ids.join(", ")
-            }
+            "{}",
+            crate::printable(&format!(
+                "toolyard: the session host (pid {}) stopped without ending its sessions (killed \
+                 or crashed): the processes of session `{session}` ({ids}) and its shell were \
+                 lost; starting a fresh host",
+                dead.pid,
+            ))
         );
     }
 }
 
 /// Start a host for `key`, detached, and wait until it listens (or says another one does).
-async fn start_host(common: &Common, d: &Dispatcher, key: &str, dir: &Path) -> Result<()> {
+async fn start_host(common: &Common, d: &Dispatcher, key: &str, hosts: &HostsDir) -> Result<()> {
     use std::os::unix::process::CommandExt as _;
-    let log_path = dir.join(format!("{key}.log"));
-    let log = std::fs::File::create(&log_path).with_context(|| {
-        format!(
-            "cannot create the session host's log {}",
-            log_path.display()
-        )
-    })?;
     let c = d.config();
     let mut cmd = std::process::Command::new(
         std::env::current_exe().context("cannot find the toolyard executable")?,
@@ -335,10 +516,12 @@ async fn start_host(common: &Common, d: &Dispatcher, key: &str, dir: &Path) -> R
         cmd.arg("--inline");
     }
     // Its stdout is a pipe for the one "ready" line; it must not hold ours (a caller reading our
-    // output to its end would wait for the host).
+    // output to its end would wait for the host). Its stderr is a pipe until it has opened its
+    // own log (the host makes that file itself, once it holds the key's lock): what it says
+    // before is why it did not start.
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(log)
+        .stderr(std::process::Stdio::piped())
         .current_dir("/");
     // SAFETY: setsid is async-signal-safe; a session of its own keeps the terminal's signals
     // (Ctrl-C in the shell that ran `toolyard call`) away from the host.
@@ -351,25 +534,51 @@ async fn start_host(common: &Common, d: &Dispatcher, key: &str, dir: &Path) -> R
         });
     }
     let mut child = cmd.spawn().context("cannot start the session host")?;
-    let Some(out) = child.stdout.take() else {
+    let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
         bail!("cannot read the session host's start");
     };
-    let line = tokio::task::spawn_blocking(move || {
+    // Plain threads: neither may hold the runtime's shutdown (the stderr pipe closes only when
+    // the host switches to its log).
+    let said = std::sync::Arc::new(Mutex::new(String::new()));
+    {
+        let said = said.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            let mut err = err;
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut s = said.lock().unwrap_or_else(|e| e.into_inner());
+                if s.len() < 64 << 10 {
+                    s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            }
+        });
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
         let mut s = String::new();
         let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut s);
-        s
-    })
-    .await
-    .unwrap_or_default();
+        let _ = tx.send(s);
+    });
+    let line = rx.await.unwrap_or_default();
     match line.trim() {
         "ready" | "busy" => Ok(()),
         _ => {
             let _ = child.wait();
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            bail!(
-                "the session host did not start: {}",
-                log.trim().lines().last().unwrap_or("see its log")
-            )
+            // The stderr reader ends with the host; give it a moment to take the last words.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let said = said.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let log = hosts.read(&log_name(key), 1 << 20).unwrap_or_default();
+            let why = said
+                .trim()
+                .lines()
+                .last()
+                .or_else(|| log.trim().lines().last())
+                .unwrap_or("it said nothing")
+                .to_string();
+            bail!("the session host did not start: {}", crate::printable(&why))
         }
     }
 }
@@ -378,7 +587,8 @@ async fn start_host(common: &Common, d: &Dispatcher, key: &str, dir: &Path) -> R
 
 struct Host {
     dispatcher: Arc<Dispatcher>,
-    record_path: PathBuf,
+    hosts: HostsDir,
+    key: String,
     state_dir: PathBuf,
     idle: Duration,
     inner: Mutex<Inner>,
@@ -408,8 +618,8 @@ impl Host {
     fn save(&self) {
         let _one = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         let record = self.lock().record.clone();
-        if let Err(e) = write_record(&self.record_path, &record) {
-            tracing::warn!(error = %e, path = %self.record_path.display(), "session host: cannot write its record");
+        if let Err(e) = self.hosts.write_record(&self.key, &record) {
+            tracing::warn!(error = %e, path = %self.hosts.shown(&record_name(&self.key)), "session host: cannot write its record");
         }
     }
 }
@@ -432,28 +642,45 @@ async fn serve(args: HostArgs) -> Result<i32> {
             args.key
         );
     }
-    let name = socket_name(&key);
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-    let listener = match std::os::unix::net::UnixListener::bind_addr(&addr) {
-        Ok(l) => l,
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            // Another host of this key took it first: the caller talks to that one.
-            say("busy")?;
-            return Ok(0);
-        }
-        Err(e) => return Err(e).with_context(|| format!("cannot listen on @{name}")),
+    let hosts = HostsDir::open(&d)?;
+    // One host per key: the lock is held for this process's life (released when it exits).
+    let Some(_lock) = take_lock(&hosts, &key).await? else {
+        // Another host of this key serves: the caller talks to that one.
+        say("busy")?;
+        return Ok(0);
     };
+    // From here on this host's messages go to its own log, made afresh (never through a
+    // symlink planted in its place); the caller reads them there.
+    let log_path = hosts.shown(&log_name(&key));
+    let log = hosts
+        .create_fresh(&log_name(&key))
+        .with_context(|| format!("cannot create the session host's log {log_path}"))?;
+    // SAFETY: dup2 onto stderr, whose writers (the log subscriber) write whole lines to fd 2.
+    if unsafe { libc::dup2(log.as_raw_fd(), 2) } < 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("cannot write the session host's log {log_path}"));
+    }
+    drop(log);
+    let name = socket_name(&key);
+    // A socket left by a host that was killed (we hold the lock: no live host owns it).
+    hosts
+        .remove(&name)
+        .with_context(|| format!("cannot remove the old socket {}", hosts.shown(&name)))?;
+    let listener = std::os::unix::net::UnixListener::bind(hosts.at(&name))
+        .with_context(|| format!("cannot listen on {}", hosts.shown(&name)))?;
     listener.set_nonblocking(true)?;
     let listener = tokio::net::UnixListener::from_std(listener)?;
 
-    let dir = hosts_dir(&d);
-    let record_path = dir.join(format!("{key}.json"));
     let mut record = Record {
         pid: std::process::id(),
-        socket: name,
+        socket: hosts.shown(&name),
         ..Record::default()
     };
-    if let Some(dead) = dead_record(&record_path) {
+    // Under the lock, a record left behind is a dead host's: it leaves none when it ends.
+    if let Some(dead) = hosts
+        .read_record(&key)
+        .filter(|r| r.pid != std::process::id())
+    {
         record.lost = dead.lost;
         for (session, ids) in dead.sessions {
             record.lost.entry(session).or_default().extend(ids);
@@ -468,7 +695,8 @@ async fn serve(args: HostArgs) -> Result<i32> {
     let limits: ProcessesConfig = d.config().catalog.section("processes")?;
     let host = Arc::new(Host {
         dispatcher: d.clone(),
-        record_path,
+        hosts,
+        key: key.clone(),
         state_dir: d.env().state.path().to_path_buf(),
         idle: Duration::from_secs(limits.idle_timeout_s),
         inner: Mutex::new(Inner {
@@ -515,20 +743,63 @@ async fn serve(args: HostArgs) -> Result<i32> {
             }
         }
     };
-    // No new call from here: the socket closes first.
+    // No new call from here: the socket goes first (a caller then starts a fresh host, which
+    // waits for our lock).
+    let _ = host.hosts.remove(&socket_name(&key));
     drop(listener);
     tracing::info!(%why, "session host leaving");
     let sessions: Vec<String> = host.lock().sessions.keys().cloned().collect();
     if host.state_dir.exists() {
-        // Only our own record: a fresh host may already have written its own.
-        if read_record(&host.record_path).is_some_and(|r| r.pid == std::process::id()) {
-            let _ = std::fs::remove_file(&host.record_path);
-        }
+        let _ = host.hosts.remove(&record_name(&key));
     }
     for s in sessions {
         d.end_session(&s).await;
     }
     Ok(0)
+}
+
+/// Take `key`'s lock, waiting for a host that is still leaving; `None` when a live host of
+/// this key holds it and answers.
+async fn take_lock(hosts: &HostsDir, key: &str) -> Result<Option<File>> {
+    let name = format!("{key}.lock");
+    let open = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(hosts.at(&name))
+    };
+    let lock = match open() {
+        Ok(f) => f,
+        // Not a file we made (a symlink): replace it.
+        Err(_) => {
+            hosts.remove(&name)?;
+            open().with_context(|| format!("cannot open the host lock {}", hosts.shown(&name)))?
+        }
+    };
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(Some(lock));
+        }
+        if hosts.connect(key).is_ok() {
+            return Ok(None);
+        }
+        if Instant::now() >= deadline {
+            // A lock is never stale (it goes with its process): its holder lives and hangs.
+            bail!(
+                "another session host of this workspace holds {} and does not answer; stop \
+                 that `toolyard session-host --key {key}` process (its pid is in {})",
+                hosts.shown(&name),
+                hosts.shown(&record_name(key))
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn say(line: &str) -> Result<()> {
@@ -586,39 +857,10 @@ async fn check(host: &Host) -> Option<String> {
     Some("no session holds a process".into())
 }
 
-/// Whether the peer may send calls: our own uid, in our own PID namespace.
-fn peer_is_trusted(stream: &UnixStream) -> Result<(), String> {
-    let cred = stream
-        .peer_cred()
-        .map_err(|e| format!("its credentials are unreadable: {e}"))?;
-    // SAFETY: geteuid cannot fail.
-    if cred.uid() != unsafe { libc::geteuid() } {
-        return Err(format!("uid {} is not this host's", cred.uid()));
-    }
-    // pid 0: a PID namespace this host cannot see into.
-    let pid = cred
-        .pid()
-        .filter(|p| *p > 0)
-        .ok_or("its process is in a PID namespace this host cannot see")?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_err(|e| format!("its process {pid} is unreadable: {e}"))?;
-    // NSpid lists its pid in each namespace from ours down: one entry means ours.
-    let levels = status
-        .lines()
-        .find_map(|l| l.strip_prefix("NSpid:"))
-        .map(|l| l.split_whitespace().count())
-        .ok_or("this kernel does not say the peer's PID namespace")?;
-    if levels != 1 {
-        return Err(format!(
-            "its process {pid} runs in another PID namespace (a sandboxed command)"
-        ));
-    }
-    Ok(())
-}
-
 async fn handle(host: &Host, stream: UnixStream) {
     if let Err(why) = peer_is_trusted(&stream) {
         tracing::warn!(%why, "session host: refused a connection");
+        // The refusal is the only line: the peer gets no ACK, so it can send no call.
         let mut stream = stream;
         let _ = stream
             .write_all(format!("refused: {why}\n").as_bytes())

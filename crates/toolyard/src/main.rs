@@ -13,6 +13,119 @@ use toolyard_tools::Dialect;
 mod host;
 mod serve;
 
+/// Secret environment values kept out of `/proc/PID/environ` whole.
+mod secrets {
+    use std::ffi::OsString;
+    use std::io::Read as _;
+    use std::os::fd::{AsRawFd as _, FromRawFd as _};
+    use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+    use std::os::unix::process::CommandExt as _;
+
+    /// Set in the re-executed process: the descriptor holding the secret variables.
+    const HIDDEN_ENV_FD: &str = "TOOLYARD_HIDDEN_ENV_FD";
+
+    /// The name the descriptor's memory file carries (checked before reading it).
+    const MEMFD_NAME: &str = "toolyard-env";
+
+    /// Keep the values of secret-looking variables (names the command environment scrubs)
+    /// out of this process's `/proc/PID/environ`, which same-user processes may read even of a
+    /// non-dumpable process: when there are any, the process executes itself again without
+    /// them, handing them over in a memory file that the new image reads into its heap
+    /// environment and closes. The block `/proc` shows then has no trace of them, not even
+    /// their length (masking them in place left a `*` per character). Where that fails, they
+    /// are masked in place.
+    ///
+    /// # Safety
+    /// Call first in `main`, while the process has one thread (it sets environment variables).
+    pub(crate) unsafe fn hide() {
+        if let Some(fd) = std::env::var_os(HIDDEN_ENV_FD) {
+            // SAFETY: single-threaded, per this function's contract.
+            unsafe {
+                std::env::remove_var(HIDDEN_ENV_FD);
+                restore(&fd);
+            }
+            return;
+        }
+        let policy = toolyard_exec::EnvPolicy::default();
+        let secret: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(k, _)| k.to_str().is_some_and(|k| policy.is_scrubbed(k)))
+            .collect();
+        if secret.is_empty() {
+            return;
+        }
+        // Returns only when the exec failed: then mask them where they are.
+        let _ = reexec_without(&secret);
+        // SAFETY: single-threaded, per this function's contract.
+        unsafe { toolyard_exec::hide_secrets_from_proc() };
+    }
+
+    fn reexec_without(secret: &[(OsString, OsString)]) -> std::io::Result<()> {
+        let name = std::ffi::CString::new(MEMFD_NAME).map_err(std::io::Error::other)?;
+        // SAFETY: memfd_create with a valid name; no close-on-exec, so the new image has it.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor, owned from here.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+        let mut blob = Vec::new();
+        for (k, v) in secret {
+            blob.extend_from_slice(k.as_bytes());
+            blob.push(b'=');
+            blob.extend_from_slice(v.as_bytes());
+            blob.push(0);
+        }
+        std::io::Write::write_all(&mut file, &blob)?;
+        let mut args = std::env::args_os();
+        let argv0 = args.next().unwrap_or_else(|| "toolyard".into());
+        let err = std::process::Command::new("/proc/self/exe")
+            .arg0(argv0)
+            .args(args)
+            .env_clear()
+            .envs(std::env::vars_os().filter(|(k, _)| !secret.iter().any(|(s, _)| s == k)))
+            .env(HIDDEN_ENV_FD, file.as_raw_fd().to_string())
+            .exec();
+        Err(err)
+    }
+
+    /// Read the secret variables back from descriptor `fd` (only the memory file made above)
+    /// and close it.
+    unsafe fn restore(fd: &std::ffi::OsStr) {
+        let Some(fd) = fd.to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            return;
+        };
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+        if fd < 3
+            || !link
+                .as_os_str()
+                .as_bytes()
+                .starts_with(format!("/memfd:{MEMFD_NAME}").as_bytes())
+        {
+            return;
+        }
+        // SAFETY: the descriptor is the memory file our previous image left open for us.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+        let mut blob = Vec::new();
+        if std::io::Seek::rewind(&mut file).is_err() || file.read_to_end(&mut blob).is_err() {
+            return;
+        }
+        for entry in blob.split(|&b| b == 0).filter(|e| !e.is_empty()) {
+            let Some(eq) = entry.iter().position(|&b| b == b'=') else {
+                continue;
+            };
+            let (k, v) = (&entry[..eq], &entry[eq + 1..]);
+            // SAFETY: single-threaded, per the caller's contract; the values go to the heap
+            // environment, not the block /proc shows.
+            unsafe {
+                std::env::set_var(
+                    OsString::from_vec(k.to_vec()),
+                    OsString::from_vec(v.to_vec()),
+                )
+            };
+        }
+    }
+}
+
 /// Toolyard: safe, fast, faithful tools for LLM coding agents.
 #[derive(Parser)]
 #[command(name = "toolyard", version, about)]
@@ -234,7 +347,7 @@ struct ToolsArgs {
 
 fn main() -> ExitCode {
     // SAFETY: the first thing in main, before any thread exists.
-    unsafe { toolyard_exec::hide_secrets_from_proc() };
+    unsafe { secrets::hide() };
     // stdout belongs to the tool output (and to the MCP transport): logs go to stderr.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -251,18 +364,103 @@ fn main() -> ExitCode {
         // `toolyard tools | head -1`: the reader has all it wants; end quietly, as `cat` does.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("toolyard: {}", report(&e));
+            eprintln!("toolyard: {}", printable(&report(&e)));
             ExitCode::from(2)
         }
     }
 }
 
 /// Print a line to stdout, returning the error (a closed pipe among them) instead of panicking.
+/// What it prints passes through [`printable`]: no terminal control sequence reaches the
+/// terminal from a tool's output, a file name or a journal entry.
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        writeln!(std::io::stdout().lock(), $($arg)*)?
+        writeln!(std::io::stdout().lock(), "{}", printable(&format!($($arg)*)))?
     }};
+}
+
+/// `text` safe to print to a terminal: escape sequences (CSI, OSC such as the clipboard's OSC
+/// 52, DCS, ...) and C0/C1 control characters are dropped, a carriage return not ending a line
+/// becomes a line break (so nothing is overwritten in place), and tabs and newlines stay.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let clean = |c: char| c == '\n' || c == '\t' || !(c.is_control() || c == '\u{7f}');
+    if text.chars().all(clean) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            // A lone carriage return would overwrite the line in place: a line break instead.
+            '\r' if chars.peek() != Some(&'\n') => out.push('\n'),
+            '\r' => {}
+            // ESC and its 8-bit forms: skip the whole sequence.
+            '\u{1b}' => match chars.next() {
+                Some('[') => skip_csi(&mut chars),
+                Some(']' | 'P' | 'X' | '^' | '_') => skip_string(&mut chars),
+                // Two-character escapes (ESC 7, ESC c, ...) and nF sequences: skip their
+                // intermediate bytes and the final one.
+                Some(' '..='/') => {
+                    for n in chars.by_ref() {
+                        if !(' '..='/').contains(&n) {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            '\u{9b}' => skip_csi(&mut chars),
+            '\u{9d}' | '\u{90}' | '\u{98}' | '\u{9e}' | '\u{9f}' => skip_string(&mut chars),
+            c if clean(c) => out.push(c),
+            _ => {}
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Skip a CSI sequence's parameters and intermediates up to its final byte.
+fn skip_csi(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    for c in chars.by_ref() {
+        if ('\u{40}'..='\u{7e}').contains(&c) || !(' '..='\u{7e}').contains(&c) {
+            break;
+        }
+    }
+}
+
+/// Skip a control string (OSC, DCS, SOS, PM, APC) up to its terminator: BEL, ST (ESC \\) or
+/// the 8-bit ST.
+fn skip_string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{7}' | '\u{9c}' => break,
+            '\u{1b}' => {
+                if chars.peek() == Some(&'\\') {
+                    chars.next();
+                }
+                break;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// JSON text (from serde_json, which escapes only C0 controls) with DEL and the C1 controls
+/// escaped too: they can only stand inside strings, where `\u00XX` means the same.
+fn json_printable(json: String) -> String {
+    if !json.chars().any(|c| ('\u{7f}'..='\u{9f}').contains(&c)) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if ('\u{7f}'..='\u{9f}').contains(&c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -423,7 +621,7 @@ async fn call(args: CallArgs) -> Result<ExitCode> {
             .await
     };
     if args.json {
-        out!("{}", serde_json::to_string_pretty(&result)?);
+        out!("{}", json_printable(serde_json::to_string_pretty(&result)?));
     } else {
         out!(
             "{}",
@@ -451,7 +649,7 @@ fn tools(args: ToolsArgs) -> Result<ExitCode> {
         Some(format) => {
             let defs: Vec<_> = entries.into_iter().map(|(d, _)| d).collect();
             let json = toolyard_core::export(&defs, format);
-            out!("{}", serde_json::to_string_pretty(&json)?);
+            out!("{}", json_printable(serde_json::to_string_pretty(&json)?));
         }
         None => {
             out!(
@@ -612,7 +810,10 @@ fn log(args: LogArgs) -> Result<ExitCode> {
         })
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {
-        out!("{}", serde_json::to_string_pretty(&changes)?);
+        out!(
+            "{}",
+            json_printable(serde_json::to_string_pretty(&changes)?)
+        );
         return Ok(ExitCode::SUCCESS);
     }
     out!("changes in the workspace {}:", ws.root().display());
@@ -715,7 +916,7 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("toolyard: {e}");
+            eprintln!("toolyard: {}", printable(&e.to_string()));
             Ok(ExitCode::from(1))
         }
     }
@@ -741,11 +942,11 @@ async fn workspace(cmd: WorkspaceCmd) -> Result<ExitCode> {
             };
             match done {
                 Ok(text) => {
-                    eprintln!("toolyard: {text}");
+                    eprintln!("toolyard: {}", printable(&text));
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    eprintln!("toolyard: {e}");
+                    eprintln!("toolyard: {}", printable(&e.to_string()));
                     Ok(ExitCode::from(1))
                 }
             }
@@ -762,7 +963,7 @@ async fn workspace(cmd: WorkspaceCmd) -> Result<ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    eprintln!("toolyard: {e}");
+                    eprintln!("toolyard: {}", printable(&e.to_string()));
                     Ok(ExitCode::from(1))
                 }
             }
@@ -779,7 +980,49 @@ fn artifacts(args: WorkspaceArgs) -> Result<ExitCode> {
         out!("no artifacts in {}", ws.root().display());
     }
     for a in list {
-        out!("{}", serde_json::to_string(&a)?);
+        out!("{}", json_printable(serde_json::to_string(&a)?));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn printable_leaves_no_control_character_but_newline_and_tab(s in any::<String>()) {
+            let p = printable(&s);
+            prop_assert!(p.chars().all(|c| c == '\n' || c == '\t' || !c.is_control()), "{p:?}");
+        }
+
+        #[test]
+        fn printable_keeps_text_without_controls(s in "[^\\p{Cc}]*") {
+            prop_assert_eq!(printable(&s), s.as_str());
+        }
+
+        #[test]
+        fn json_printable_escapes_c1_and_keeps_the_value(s in any::<String>()) {
+            let json = json_printable(serde_json::to_string(&s).unwrap());
+            prop_assert!(!json.chars().any(|c| c.is_control()), "{json:?}");
+            prop_assert_eq!(serde_json::from_str::<String>(&json).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn printable_drops_whole_sequences_and_keeps_the_text_around_them() {
+        let cases = [
+            ("a\u{1b}]52;c;ZXZpbA==\u{7}b", "ab"),
+            ("a\u{1b}[1;31mred\u{1b}[0m", "ared"),
+            ("a\u{1b}]0;title\u{1b}\\b", "ab"),
+            ("a\u{9b}2Jb", "ab"),
+            ("50%\r100%\r\n", "50%\n100%\n"),
+            ("x\u{8}\u{8}y\tz", "xy\tz"),
+            ("a\u{1b}(Bb", "ab"),
+        ];
+        for (raw, shown) in cases {
+            assert_eq!(printable(raw), shown, "{raw:?}");
+        }
+    }
 }
