@@ -80,6 +80,18 @@ pub const DEFAULT_PROTECTED: &[&str] = &[
 /// code): neither snapshotted nor restored, and left writable for the file tools.
 pub const UNPROTECTED: &[&str] = &[".toolyard/artifacts"];
 
+/// Protected directories of editors and agents: data-heavy, snapshotted on a budget of their
+/// own after the code-bearing paths.
+const BULK: &[&str] = &[
+    ".vscode",
+    ".idea",
+    ".claude",
+    ".codex",
+    ".cursor",
+    ".gemini",
+    ".toolyard",
+];
+
 /// The largest file whose bytes a snapshot keeps (larger ones are only stat'ed).
 pub const MAX_KEPT_FILE: u64 = 1 << 20;
 /// Bytes one snapshot keeps in all; past it files are only stat'ed.
@@ -241,14 +253,28 @@ impl Protected {
                 };
             }
         };
-        let mut budget = Budget {
+        // Editor and agent directories (a home's `.claude/` holds gigabytes of transcripts)
+        // get a budget of their own, so they never crowd out the code-bearing files.
+        let budget = || Budget {
             bytes: MAX_KEPT_TOTAL,
             entries: MAX_ENTRIES,
         };
+        let (mut code, mut bulk) = (budget(), budget());
+        // A path held read-only in this runner's mount namespace cannot change here: it is
+        // neither recorded nor restored, so the user's own edits to it always stand.
+        let held = crate::sandbox::held_read_only();
         let entries = self
             .paths
             .iter()
-            .map(|rel| (rel.clone(), capture_entry(root.as_fd(), rel, &mut budget)))
+            .filter(|rel| !held.iter().any(|h| self.root.join(rel).starts_with(h)))
+            .map(|rel| {
+                let budget = if BULK.contains(&rel.as_str()) {
+                    &mut bulk
+                } else {
+                    &mut code
+                };
+                (rel.clone(), capture_entry(root.as_fd(), rel, budget))
+            })
             .collect();
         Snapshot {
             root: self.root.clone(),
@@ -802,7 +828,7 @@ impl Fixer {
                     self.push(
                         rel,
                         "could not restore",
-                        "the command changed it, and it was larger than 1 MiB so no copy was kept; check it".into(),
+                        "the command changed it, and no copy of it was kept (larger than 1 MiB, or past the snapshot's budget); check it".into(),
                     );
                 }
             }

@@ -253,6 +253,11 @@ pub fn make_non_dumpable() {
     }
 }
 
+/// The protected paths this process holds read-only (none outside a sandboxed runner).
+pub fn held_read_only() -> &'static [PathBuf] {
+    explain::rules().map_or(&[], |r| r.protected.as_slice())
+}
+
 /// The nested Landlock ruleset each command enters (see `fs::command_layer`), once applied.
 static COMMAND_LAYER: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
 
