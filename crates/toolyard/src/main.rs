@@ -719,15 +719,29 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode> {
     out!("  net:    network allowed; the file and process rules below");
     out!("  heavy:  like net, plus the rlimits and cgroup limits above where available");
     out!(
-        "  every lane: writes only in the workspace and the runner's temp dir (Landlock), secrets \
-         scrubbed from the environment, each command in its own Landlock domain, the runner and \
-         server non-dumpable"
+        "  every lane: writes only in the workspace, the runner's temp dir and the private tool \
+         caches (Landlock; renames and links across directories work), Toolyard's state \
+         neither readable nor writable by commands, secrets scrubbed from the environment, each \
+         command in its own Landlock domain with no capabilities, the runner and server \
+         non-dumpable"
     );
     let protected = toolyard_exec::protect::configured(&sandbox);
+    let held = probe.features.iter().any(|f| {
+        f.name == "protected-read-only"
+            && f.status == toolyard_exec::sandbox::FeatureStatus::Available
+    });
+    let how = if held {
+        "those that exist when a runner starts are read-only for its commands (git's config \
+         stays writable, but a change to a key that runs a program is undone); the others are \
+         checked after every command and what a command made there is undone"
+    } else {
+        "no mount namespace here, so they are checked after every command and a change is \
+         undone"
+    };
     out!(
-        "protected paths ({}): snapshot before every command and undo after (a change is moved \
-         to the state directory's quarantine and the model told); the file tools refuse to \
-         write them; [sandbox] protected_paths replaces the list",
+        "protected paths ({}): {how} (what is undone is moved to the state directory's \
+         quarantine and the model told); the file tools refuse to write them; [sandbox] \
+         protected_paths replaces the list",
         protected.join(", ")
     );
     out!(
