@@ -27,7 +27,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 use toolyard_core::ToolError;
 
-use crate::env::EnvPolicy;
+use crate::env::{EnvPolicy, Terminal};
 use crate::tree::{self, Mechanism, NsChild, NsStdio};
 
 /// Read buffer size.
@@ -637,11 +637,14 @@ fn start(
         CString::from(c"-c"),
         c(spec.command.as_bytes(), "the command")?,
     ];
-    let mut vars = spec.env.build(std::env::vars_os());
-    if spec.tty && !vars.iter().any(|(k, _)| k == "TERM") {
-        vars.push(("TERM".into(), "xterm-256color".into()));
-    }
-    let env = vars
+    let terminal = if spec.tty {
+        Terminal::Pty
+    } else {
+        Terminal::None
+    };
+    let env = spec
+        .env
+        .build_for(std::env::vars_os(), terminal)
         .into_iter()
         .map(|(k, v)| {
             let mut kv = k.into_vec();

@@ -3,7 +3,7 @@
 //! Every test has its own workspace, TOOLYARD_STATE_DIR and HOME in a temp dir; a session host
 //! a test starts leaves when that state directory is deleted, and the guard kills any left.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,12 @@ impl Env {
             )
         });
         (o, v)
+    }
+
+    fn catalog(&self, text: &str) -> String {
+        let p = self.t.as_ref().unwrap().path().join("catalog.toml");
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
     }
 
     fn host_pids(&self) -> Vec<i32> {
@@ -154,4 +160,69 @@ fn the_shell_answers_unusual_unicode_and_broken_syntax_at_once_and_keeps_its_sta
         "exit code: 0\nyes\n",
         "the shell lost its state: {v}"
     );
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let o = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", dir)
+        .output()
+        .expect("git runs");
+    assert!(o.status.success(), "git {args:?}: {o:?}");
+}
+
+#[test]
+fn git_commit_without_a_message_fails_at_once_naming_the_flag_and_leaves_no_lock() {
+    let e = env();
+    git(&e.ws, &["init", "-q", "."]);
+    std::fs::write(e.ws.join("a.txt"), "a\n").unwrap();
+    git(&e.ws, &["add", "a.txt"]);
+    let git_env = "git -c user.name=t -c user.email=t@example.com";
+    for tool in ["run_command", "run_command_isolated"] {
+        let (_, v) = e.call(
+            tool,
+            &json!({"command": format!("{git_env} commit"), "timeout_ms": 30000}),
+            &[],
+        );
+        assert_eq!(v["success"], false, "{v}");
+        assert_eq!(
+            v["data"]["timed_out"], false,
+            "it waited for an editor: {v}"
+        );
+        assert_eq!(v["data"]["exit_code"], 1, "{v}");
+        assert!(out(&v).contains("git commit -m"), "{v}");
+        assert!(out(&v).contains("--no-edit"), "{v}");
+        assert!(
+            !e.ws.join(".git/index.lock").exists(),
+            "{tool} left the lock"
+        );
+    }
+    // The flag it names works, and the next git command finds no lock.
+    let (_, v) = e.call(
+        "run_command",
+        &json!({"command": format!("{git_env} commit -q -m first && git log --oneline | wc -l")}),
+        &[],
+    );
+    assert_eq!(v["success"], true, "{v}");
+    assert!(out(&v).ends_with("1\n"), "{v}");
+}
+
+#[test]
+fn a_command_sees_no_terminal_pager_or_host_backtrace_setting() {
+    let e = env();
+    let (_, v) = e.call(
+        "run_command",
+        &json!({"command": "echo \"[$TERM][$PAGER][$GIT_TERMINAL_PROMPT][${RUST_BACKTRACE-unset}]\""}),
+        &[],
+    );
+    assert!(out(&v).contains("[dumb][cat][0][unset]"), "{v}");
+    // The catalog's own values win.
+    let catalog = e.catalog("[exec]\nset = { PAGER = \"less\", RUST_BACKTRACE = \"full\" }\n");
+    let (_, v) = e.call(
+        "run_command",
+        &json!({"command": "echo \"[$PAGER][$RUST_BACKTRACE]\""}),
+        &["--catalog", &catalog],
+    );
+    assert!(out(&v).contains("[less][full]"), "{v}");
 }
