@@ -87,7 +87,14 @@ pub const NO_TERMINAL: &[(&str, &str)] = &[
 
 /// Variables of the host's environment no command inherits (the catalog's `[exec] set` may
 /// still set them): a backtrace on every failing test is noise a model pays for.
-pub const NOT_INHERITED: &[&str] = &["RUST_BACKTRACE", "RUST_LIB_BACKTRACE"];
+/// [`ANSWER_AFTER_ENV`] is `toolyard call`'s own setting, not one for a Toolyard the command
+/// starts.
+pub const NOT_INHERITED: &[&str] = &["RUST_BACKTRACE", "RUST_LIB_BACKTRACE", ANSWER_AFTER_ENV];
+
+/// Environment variable that replaces `[exec] answer_after_ms` (`0`: never). `toolyard call`
+/// sets it to 0: its one-shot calls have no client time limit, and a process handed back by
+/// one would end with the call.
+pub const ANSWER_AFTER_ENV: &str = "TOOLYARD_ANSWER_AFTER_MS";
 
 /// Variables of the host's environment a command without a terminal does not inherit: they
 /// say what the person's terminal can do, or force colours into a pipe.
@@ -105,10 +112,20 @@ pub enum Terminal {
 /// `TERM` for a command on a pty when the host sets none.
 const PTY_TERM: &str = "xterm-256color";
 
+/// Default of `[exec] answer_after_ms`: just under the 60 s after which many clients give up on
+/// a call.
+pub const DEFAULT_ANSWER_AFTER_MS: u64 = 50_000;
+
 /// The `[exec]` catalog section: how the environment of commands is built.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecConfig {
+    /// A foreground `run_command` (or `build`, `test`, `validate`) still running after this
+    /// many milliseconds is answered with its process id and output so far, and keeps running
+    /// as a background process (its time limit still applies); 0: never (default
+    /// [`DEFAULT_ANSWER_AFTER_MS`]).
+    #[serde(default)]
+    pub answer_after_ms: Option<u64>,
     /// Glob patterns of names to remove; replaces [`DEFAULT_SCRUB`] when set.
     #[serde(default)]
     pub scrub: Option<Vec<String>>,
@@ -406,6 +423,7 @@ mod tests {
     #[test]
     fn keep_and_set_override_the_scrub_list() {
         let cfg = ExecConfig {
+            answer_after_ms: None,
             scrub: None,
             keep: vec!["CI_JOB_TOKEN".into()],
             set: [("LANG".to_string(), "C".to_string())].into(),
