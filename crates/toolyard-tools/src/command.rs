@@ -209,16 +209,31 @@ impl CommandEnv {
         ctx: &ToolContext,
         command: &str,
         cwd: Option<&str>,
+        ran: Option<&RanWhy>,
     ) -> Result<ToolResult, ToolError> {
-        Ok(
-            match self
-                .execute(ctx, command, cwd, None, Streams::Merged, true)
-                .await?
-            {
-                Executed::Finished(outcome) => command_result(&outcome),
-                Executed::Running(proc, so_far) => running_result(&proc, &so_far, ctx.timeout),
-            },
-        )
+        let mut result = match self
+            .execute(ctx, command, cwd, None, Streams::Merged, true)
+            .await?
+        {
+            Executed::Finished(outcome) => {
+                let mut r = command_result(&outcome);
+                if let Some((hidden, note)) = pipeline_note(command, &outcome) {
+                    push_line(&mut r.output, &note);
+                    if let Some(d) = r.data.as_mut() {
+                        d["pipeline_hides_failure"] = json!(hidden);
+                    }
+                }
+                r
+            }
+            Executed::Running(proc, so_far) => running_result(&proc, &so_far, ctx.timeout),
+        };
+        if let Some(ran) = ran {
+            result.output = format!("{}\n{}", ran.line(), result.output);
+            if let Some(d) = result.data.as_mut() {
+                d["ran"] = ran.data();
+            }
+        }
+        Ok(result)
     }
 
     /// Check, run, and restore the protected paths once the command (with its whole process
@@ -346,44 +361,101 @@ impl CommandEnv {
         Ok(ws.absolute(&dir))
     }
 
-    /// The command `tool` (build / test / validate) runs when the call names none.
-    fn project_command(&self, tool: &str) -> Result<String, ToolError> {
+    /// The command `tool` (build / test / validate) runs when the call names none, and why.
+    fn project_command(&self, tool: &str) -> Result<RanWhy, ToolError> {
         let configured = match tool {
             "build" => self.project.build.clone(),
             "test" => self.project.test.clone(),
             _ => self.project.validate.clone(),
         };
-        if let Some(c) = configured {
-            return Ok(c);
+        let lane = self.env.catalog.tool(tool).map(|t| t.lane.to_string());
+        if let Some(command) = configured {
+            return Ok(RanWhy {
+                command,
+                why: Why::Catalog(tool.to_string()),
+                lane,
+            });
         }
-        detect(self.env.workspace.root(), tool).ok_or_else(|| {
-            ToolError::InvalidArguments(format!(
+        match detect(self.env.workspace.root(), tool) {
+            Some((command, file)) => Ok(RanWhy {
+                command,
+                why: Why::Detected(file),
+                lane,
+            }),
+            None => Err(ToolError::InvalidArguments(format!(
                 "no {tool} command: pass `command`, or set `{tool} = \"...\"` in the [project] section of catalog.toml"
-            ))
-        })
+            ))),
+        }
     }
 }
 
-/// The usual command for `tool` in a project laid out like `root`.
-fn detect(root: &Path, tool: &str) -> Option<String> {
-    let has = |f: &str| root.join(f).exists();
-    let pick = |build: &str, test: &str| match tool {
-        "build" => Some(build.to_string()),
-        "test" => Some(test.to_string()),
+/// What a project tool ran, and why that command.
+pub(crate) struct RanWhy {
+    command: String,
+    why: Why,
+    /// The lane it ran in.
+    lane: Option<String>,
+}
+
+/// Where a project tool's command came from.
+enum Why {
+    /// The call's `command`.
+    Given,
+    /// `[project] TOOL` in the catalog.
+    Catalog(String),
+    /// Detected from this file of the workspace root.
+    Detected(&'static str),
+}
+
+impl RanWhy {
+    /// `ran: cargo test (detected from Cargo.toml), lane heavy`; a command the call gave is
+    /// not repeated (the model wrote it, and it may be long).
+    fn line(&self) -> String {
+        let what = match &self.why {
+            Why::Given => "the command given in the call".to_string(),
+            Why::Catalog(tool) => format!("{} ([project] {tool} in the catalog)", self.command),
+            Why::Detected(file) => format!("{} (detected from {file})", self.command),
+        };
+        match &self.lane {
+            Some(lane) => format!("ran: {what}, lane {lane}"),
+            None => format!("ran: {what}"),
+        }
+    }
+
+    fn data(&self) -> serde_json::Value {
+        let (source, from) = match &self.why {
+            Why::Given => ("given", None),
+            Why::Catalog(_) => ("catalog", None),
+            Why::Detected(file) => ("detected", Some(*file)),
+        };
+        json!({"command": self.command, "source": source, "from": from, "lane": self.lane})
+    }
+}
+
+/// The usual command for `tool` in a project laid out like `root`, and the file that says so.
+fn detect(root: &Path, tool: &str) -> Option<(String, &'static str)> {
+    // The first of these files the root holds decides.
+    const PROJECTS: &[(&[&str], &str, &str)] = &[
+        (&["Cargo.toml"], "cargo build", "cargo test"),
+        (&["package.json"], "npm run build", "npm test"),
+        (&["go.mod"], "go build ./...", "go test ./..."),
+        (&["Makefile"], "make", "make test"),
+        (
+            &["pyproject.toml", "setup.py"],
+            "python3 -m build",
+            "python3 -m pytest",
+        ),
+    ];
+    let (file, build, test) = PROJECTS.iter().find_map(|(files, build, test)| {
+        files
+            .iter()
+            .find(|f| root.join(f).exists())
+            .map(|f| (*f, *build, *test))
+    })?;
+    match tool {
+        "build" => Some((build.to_string(), file)),
+        "test" => Some((test.to_string(), file)),
         _ => None,
-    };
-    if has("Cargo.toml") {
-        pick("cargo build", "cargo test")
-    } else if has("package.json") {
-        pick("npm run build", "npm test")
-    } else if has("go.mod") {
-        pick("go build ./...", "go test ./...")
-    } else if has("Makefile") {
-        pick("make", "make test")
-    } else if has("pyproject.toml") || has("setup.py") {
-        pick("python3 -m build", "python3 -m pytest")
-    } else {
-        None
     }
 }
 
@@ -394,6 +466,66 @@ fn push_line(text: &mut String, line: &str) {
     }
     text.push_str(line);
     text.push('\n');
+}
+
+/// Output lines that say a build or test run failed, whatever the exit status says.
+const FAILURE_SIGNS: &[&str] = &[
+    "error: could not compile",
+    "error[E",
+    "test result: FAILED",
+    "error: test failed",
+    "npm ERR!",
+    "npm error ",
+    "make: *** ",
+    "Traceback (most recent call last):",
+    "--- FAIL:",
+    "BUILD FAILED",
+    "[ERROR] BUILD FAILURE",
+    "FAILED ",
+];
+
+/// A pipeline whose exit status (its last command's: `tail` succeeds whatever it reads) hides
+/// a failure its output shows: the sign found, and a note saying so.
+fn pipeline_note(command: &str, o: &ExecOutcome) -> Option<(String, String)> {
+    if o.exit_code != Some(0) || !has_pipe(command) {
+        return None;
+    }
+    let sign = o.stdout.lines().chain(o.stderr.lines()).find_map(|l| {
+        FAILURE_SIGNS
+            .iter()
+            .find(|s| l.trim_start().starts_with(**s))
+    })?;
+    let note = format!(
+        "note: exit code 0 is only the status of the pipeline's last command; the output shows a failure (`{sign}`) that the pipe hid. Run it without the pipe (long output keeps its head and tail, and the full output is saved), or in bash with `set -o pipefail`."
+    );
+    Some((sign.to_string(), note))
+}
+
+/// Whether `command` pipes one command into another (`|`, not `||`), outside quotes.
+fn has_pipe(command: &str) -> bool {
+    let b = command.as_bytes();
+    let (mut single, mut double) = (false, false);
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' if !single => i += 1,
+            b'\'' if !double => single = !single,
+            b'"' if !single => double = !double,
+            b'|' if !single && !double => {
+                let doubled = b.get(i + 1) == Some(&b'|');
+                let after_pipe_or = i > 0 && b[i - 1] == b'|';
+                if !doubled && !after_pipe_or && b.get(i + 1) != Some(&b'&') {
+                    return true;
+                }
+                if doubled {
+                    i += 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
 }
 
 /// The result of a foreground command answered while still running: its process id, its
@@ -531,7 +663,7 @@ impl TypedTool for RunCommand {
             return crate::process::run_started(&self.commands, ctx, args).await;
         }
         self.commands
-            .run_answering(ctx, &args.command, args.cwd.as_deref())
+            .run_answering(ctx, &args.command, args.cwd.as_deref(), None)
             .await
     }
 }
@@ -573,11 +705,22 @@ impl TypedTool for ProjectCommand {
         args: ProjectCommandArgs,
         ctx: &ToolContext,
     ) -> Result<ToolResult, ToolError> {
-        let command = match args.command {
-            Some(c) => c,
+        let ran = match args.command {
+            Some(command) => RanWhy {
+                command,
+                why: Why::Given,
+                lane: self
+                    .commands
+                    .env
+                    .catalog
+                    .tool(self.name)
+                    .map(|t| t.lane.to_string()),
+            },
             None => self.commands.project_command(self.name)?,
         };
-        self.commands.run_answering(ctx, &command, None).await
+        self.commands
+            .run_answering(ctx, &ran.command, None, Some(&ran))
+            .await
     }
 }
 

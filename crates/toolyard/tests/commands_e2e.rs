@@ -262,6 +262,52 @@ fn output_is_one_stream_in_order_and_long_output_uses_the_whole_budget() {
 }
 
 #[test]
+fn project_tools_say_what_they_ran_and_why_and_a_pipe_hiding_a_failure_is_flagged() {
+    let e = env();
+    std::fs::write(e.ws.join("Makefile"), "test:\n\t@echo tests ran\n").unwrap();
+    let (_, v) = e.call("test", &json!({}), &[]);
+    assert!(
+        out(&v).starts_with("ran: make test (detected from Makefile), lane heavy\nexit code: 0\n"),
+        "{v}"
+    );
+    assert_eq!(
+        v["data"]["ran"],
+        json!({"command": "make test", "source": "detected", "from": "Makefile", "lane": "heavy"})
+    );
+    let catalog = e.catalog("[project]\nvalidate = \"echo valid\"\n");
+    let (_, v) = e.call("validate", &json!({}), &["--catalog", &catalog]);
+    assert!(
+        out(&v).starts_with("ran: echo valid ([project] validate in the catalog), lane "),
+        "{v}"
+    );
+    // `| tail` succeeds whatever the build did: the failure in the output is named.
+    let failing =
+        "printf 'error[E0425]: cannot find value\\nerror: could not compile `x`\\n' >&2; exit 101";
+    let (_, v) = e.call(
+        "build",
+        &json!({"command": format!("{{ {failing}; }} 2>&1 | tail -5")}),
+        &[],
+    );
+    assert_eq!(v["data"]["exit_code"], 0, "{v}");
+    assert!(
+        out(&v).starts_with("ran: the command given in the call, lane heavy\n"),
+        "{v}"
+    );
+    assert!(
+        out(&v).contains("note: exit code 0 is only the status of the pipeline's last command"),
+        "{v}"
+    );
+    assert_eq!(v["data"]["pipeline_hides_failure"], "error[E", "{v}");
+    // Without a pipe, or with `||`, nothing is flagged.
+    let (_, v) = e.call(
+        "build",
+        &json!({"command": "echo 'error: could not compile `x`' || true"}),
+        &[],
+    );
+    assert!(!out(&v).contains("note:"), "{v}");
+}
+
+#[test]
 fn the_shell_answers_unusual_unicode_and_broken_syntax_at_once_and_keeps_its_state() {
     let e = env();
     let shell = |command: &str| {
