@@ -52,6 +52,9 @@ pub struct HeadTail {
     head_newlines: u64,
     tail_newlines: u64,
     head_full: bool,
+    /// The byte just before the tail (the last one dropped), so the tail's first line is
+    /// known to be whole when it is a newline.
+    before_tail: u8,
     total: u64,
     total_newlines: u64,
 }
@@ -59,8 +62,13 @@ pub struct HeadTail {
 impl HeadTail {
     /// A buffer that will show at most about `limit` bytes and `limit / BYTES_PER_LINE` lines.
     pub fn new(limit: usize) -> Self {
+        Self::with_caps(limit, (limit / BYTES_PER_LINE) as u64)
+    }
+
+    /// A buffer that will show at most about `limit` bytes and `lines` lines.
+    fn with_caps(limit: usize, lines: u64) -> Self {
         let head_cap = limit / 2;
-        let lines = (limit / BYTES_PER_LINE).max(2) as u64;
+        let lines = lines.max(2);
         Self {
             head: Vec::new(),
             tail: VecDeque::new(),
@@ -71,6 +79,7 @@ impl HeadTail {
             head_newlines: 0,
             tail_newlines: 0,
             head_full: false,
+            before_tail: 0,
             total: 0,
             total_newlines: 0,
         }
@@ -79,6 +88,24 @@ impl HeadTail {
     /// Bytes pushed so far.
     pub fn total_bytes(&self) -> u64 {
         self.total
+    }
+
+    /// Newlines pushed so far.
+    pub fn total_lines(&self) -> u64 {
+        self.total_newlines
+    }
+
+    /// Whether some of what was pushed is no longer kept (the result will be cut).
+    pub fn cut(&self) -> bool {
+        ((self.head.len() + self.tail.len()) as u64) < self.total
+    }
+
+    /// The most bytes and lines this buffer shows.
+    pub fn limits(&self) -> (usize, u64) {
+        (
+            self.head_cap + self.tail_cap,
+            self.head_lines_cap + self.tail_lines_cap,
+        )
     }
 
     /// Append a chunk of the stream.
@@ -104,26 +131,68 @@ impl HeadTail {
         if chunk.is_empty() {
             return;
         }
-        if chunk.len() >= self.tail_cap {
-            chunk = &chunk[chunk.len() - self.tail_cap..];
+        if chunk.len() > self.tail_cap {
+            let skip = chunk.len() - self.tail_cap;
+            self.before_tail = chunk[skip - 1];
+            chunk = &chunk[skip..];
             self.tail.clear();
             self.tail_newlines = 0;
         }
         let overflow = (self.tail.len() + chunk.len()).saturating_sub(self.tail_cap);
-        let dropped = self.tail.drain(..overflow).filter(|&b| b == b'\n').count() as u64;
-        self.tail_newlines -= dropped;
+        self.drop_tail_front(overflow);
         self.tail.extend(chunk);
         self.tail_newlines += memchr_count(chunk);
-        // Keep only the last lines: drop whole lines from the front while there are too many.
-        while self.tail_newlines > self.tail_lines_cap {
+        self.keep_tail_lines(self.tail_lines_cap);
+    }
+
+    /// Drop `n` bytes from the front of the tail.
+    fn drop_tail_front(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let mut last = self.before_tail;
+        let mut newlines = 0;
+        for b in self.tail.drain(..n) {
+            newlines += u64::from(b == b'\n');
+            last = b;
+        }
+        self.tail_newlines -= newlines;
+        self.before_tail = last;
+    }
+
+    /// Keep only the tail's last `lines` lines: drop whole lines from its front.
+    fn keep_tail_lines(&mut self, lines: u64) {
+        while self.tail_newlines > lines {
             match self.tail.iter().position(|&b| b == b'\n') {
-                Some(i) => {
-                    self.tail.drain(..=i);
-                    self.tail_newlines -= 1;
-                }
+                Some(i) => self.drop_tail_front(i + 1),
                 None => break,
             }
         }
+    }
+
+    /// The shaped text within at most `max_bytes` and `max_lines` (fewer than this buffer
+    /// keeps: the share of one stream when several split a budget), and what was cut.
+    pub fn finish_within(mut self, max_bytes: usize, max_lines: u64, hint: Option<&str>) -> Shaped {
+        if !self.cut() {
+            // All of it is here: shape it afresh.
+            let mut small = Self::with_caps(max_bytes, max_lines);
+            small.push(&self.head);
+            small.push(self.tail.make_contiguous());
+            return small.finish(hint);
+        }
+        let head_cap = self.head_cap.min(max_bytes / 2);
+        let tail_cap = self.tail_cap.min(max_bytes - max_bytes / 2);
+        let max_lines = max_lines.max(2);
+        let head_lines = self.head_lines_cap.min(max_lines / 2);
+        let tail_lines = self.tail_lines_cap.min(max_lines - max_lines / 2);
+        let mut head_end = self.head.len().min(head_cap);
+        if let Some(end) = nth_newline_end(&self.head[..head_end], head_lines) {
+            head_end = end;
+        }
+        self.head.truncate(head_end);
+        self.drop_tail_front(self.tail.len().saturating_sub(tail_cap));
+        self.keep_tail_lines(tail_lines);
+        self.finish(hint)
     }
 
     /// The shaped text (lossy UTF-8) and what was cut; `hint` ends the marker.
@@ -146,6 +215,7 @@ impl HeadTail {
             _ => self.head.len(),
         };
         let tail_start = match tail.iter().position(|&b| b == b'\n') {
+            _ if self.before_tail == b'\n' => 0,
             Some(i) if i < tail.len() / 2 => i + 1,
             _ => 0,
         };
@@ -236,7 +306,36 @@ mod tests {
         assert!(s.text.contains("cut from the middle"));
     }
 
+    #[test]
+    fn a_smaller_share_keeps_head_and_tail_within_it() {
+        let text: String = (1..=2000).map(|i| format!("{i}\n")).collect();
+        let mut buf = HeadTail::new(30_000);
+        buf.push(text.as_bytes());
+        let s = buf.finish_within(3_000, 100, Some("see f"));
+        assert!(s.text.starts_with("1\n2\n"), "{}", s.text);
+        assert!(s.text.ends_with("1999\n2000\n"), "{}", s.text);
+        assert_eq!(s.text.lines().count(), 101, "{}", s.text);
+        assert!(s.text.contains("(1900 lines) cut") && s.text.contains("see f"));
+    }
+
     proptest! {
+        #[test]
+        fn a_share_equals_a_buffer_of_that_size(text in "[a-z\n]{0,3000}", limit in 1usize..1000) {
+            // Shrinking a bigger buffer to `limit` shows what a buffer of `limit` would.
+            let mut big = HeadTail::new(limit * 3);
+            big.push(text.as_bytes());
+            let (bytes, lines) = HeadTail::new(limit).limits();
+            prop_assert_eq!(big.finish_within(bytes, lines, None), head_tail(&text, limit, None));
+        }
+
+        #[test]
+        fn cut_says_whether_finish_will_cut(chunks in proptest::collection::vec("[a-z\n]{0,50}", 0..40), limit in 1usize..300) {
+            let mut buf = HeadTail::new(limit);
+            for c in &chunks { buf.push(c.as_bytes()); }
+            let cut = buf.cut();
+            prop_assert_eq!(cut, buf.finish(None).truncated());
+        }
+
         #[test]
         fn shown_lines_stay_within_the_line_cap(n in 0usize..5000, limit in 60usize..3000) {
             let text: String = (0..n).map(|i| format!("{i}\n")).collect();

@@ -27,7 +27,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 use toolyard_core::ToolError;
 
-use crate::env::EnvPolicy;
+use crate::env::{EnvPolicy, Terminal};
+use crate::exec::{Running, TERM_GRACE};
 use crate::tree::{self, Mechanism, NsChild, NsStdio};
 
 /// Read buffer size.
@@ -74,15 +75,27 @@ pub struct Ended {
     pub signal: Option<String>,
     /// It was killed by `process_kill`, its session's end or its runner's.
     pub killed: bool,
-    /// Its time limit expired.
+    /// Its time limit expired (then it got SIGTERM).
     pub timed_out: bool,
+    /// SIGTERM was not enough: SIGKILL ended its tree after [`TERM_GRACE`].
+    pub escalated: bool,
 }
 
 impl Ended {
     /// `exit code 0`, `killed by SIGKILL`, ...
     pub fn describe(&self) -> String {
-        if self.timed_out {
-            "timed out and was killed with its whole process tree".into()
+        let grace = TERM_GRACE.as_secs();
+        if self.timed_out && self.escalated {
+            format!(
+                "timed out: sent SIGTERM, then SIGKILL {grace} s later; it was killed with its whole process tree"
+            )
+        } else if self.timed_out {
+            let how = match (&self.signal, self.exit_code) {
+                (Some(s), _) => format!("ended by {s}"),
+                (None, Some(c)) => format!("exit code {c}"),
+                (None, None) => "no status".into(),
+            };
+            format!("timed out: sent SIGTERM, it exited within the {grace} s grace period ({how})")
         } else if self.killed {
             "was killed with its whole process tree".into()
         } else if let Some(s) = &self.signal {
@@ -210,6 +223,73 @@ impl ProcessTable {
         }
     }
 
+    /// Take over a foreground command handed back still running (its time limit and the
+    /// output file it writes go on): a process of `session` from now on. The session's limit on
+    /// running processes is not checked here (the command already runs); see
+    /// [`ProcessTable::has_room`].
+    pub fn adopt(
+        &self,
+        running: Running,
+        session: &str,
+        command: &str,
+        on_end: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Result<Arc<BgProcess>, ToolError> {
+        let id = format!(
+            "{}-{}",
+            self.prefix,
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let Running {
+            so_far,
+            log,
+            time_left,
+            child,
+            pidfd,
+            output,
+            log_file,
+            started,
+        } = running;
+        let io = |e: std::io::Error| ToolError::Io(format!("watching the process: {e}"));
+        set_nonblocking(&output);
+        // SAFETY: the AsyncFd owns the descriptor, open and the same until dropped.
+        let output = Arc::new(
+            unsafe { AsyncFd::register_with_interest(output, Interest::READABLE) }
+                .map_err(|e| io(e.into()))?,
+        );
+        let live = Live {
+            child,
+            pidfd,
+            output,
+            input: None,
+            tty: false,
+            log: log.zip(log_file),
+            printed: so_far.output_bytes(),
+            started,
+        };
+        let proc = launch(
+            id.clone(),
+            session.to_string(),
+            command.to_string(),
+            live,
+            Some(time_left),
+            on_end,
+            &self.limits,
+            self.buffered.clone(),
+        );
+        lock(&self.procs).insert(id, proc.clone());
+        Ok(proc)
+    }
+
+    /// Whether `session` may start another process (fewer running than its limit).
+    pub fn has_room(&self, session: &str) -> bool {
+        let procs = lock(&self.procs);
+        let running = procs
+            .values()
+            .filter(|p| p.session == session && p.ended().is_none())
+            .count();
+        running < self.limits.max_per_session
+    }
+
     /// Forget process `id` (after its last output was read).
     pub fn remove(&self, id: &str) {
         if let Some(p) = lock(&self.procs).remove(id) {
@@ -331,6 +411,11 @@ impl BgProcess {
         }
     }
 
+    /// The file its whole output is written to.
+    pub fn log_path(&self) -> Option<PathBuf> {
+        lock(&self.state).log_path.clone()
+    }
+
     /// Time since it started.
     pub fn age(&self) -> Duration {
         self.started.elapsed()
@@ -410,7 +495,7 @@ impl BgProcess {
         }
         let Some(fd) = lock(&self.input).clone() else {
             return Err(ToolError::Conflict(format!(
-                "process {} has no open input (it was closed with `eof`); start it again to give it input",
+                "process {} has no open input (it was closed with `eof`, or the command started in the foreground, with stdin from /dev/null); start it again with background or yield_ms to give it input",
                 self.id
             )));
         };
@@ -637,11 +722,14 @@ fn start(
         CString::from(c"-c"),
         c(spec.command.as_bytes(), "the command")?,
     ];
-    let mut vars = spec.env.build(std::env::vars_os());
-    if spec.tty && !vars.iter().any(|(k, _)| k == "TERM") {
-        vars.push(("TERM".into(), "xterm-256color".into()));
-    }
-    let env = vars
+    let terminal = if spec.tty {
+        Terminal::Pty
+    } else {
+        Terminal::None
+    };
+    let env = spec
+        .env
+        .build_for(std::env::vars_os(), terminal)
         .into_iter()
         .map(|(k, v)| {
             let mut kv = k.into_vec();
@@ -699,8 +787,7 @@ fn start(
         r
     })?
     .map_err(|e| ToolError::Io(format!("cannot start `sh -c`: {e}")))?;
-    let tree::NsSpawned { child, pidfd, .. } = spawned;
-    let child = Arc::new(Mutex::new(child));
+    let tree::NsSpawned { child, pidfd } = spawned;
     let io = |e: std::io::Error| ToolError::Io(format!("watching the process: {e}"));
     set_nonblocking(&out_read);
     set_nonblocking(&input);
@@ -724,37 +811,86 @@ fn start(
             None
         }
     });
+    let live = Live {
+        child,
+        pidfd,
+        output: out_read,
+        input: Some(input),
+        tty: spec.tty,
+        log,
+        printed: 0,
+        started: Instant::now(),
+    };
+    Ok(launch(
+        id,
+        spec.session,
+        spec.command,
+        live,
+        spec.timeout,
+        spec.on_end,
+        limits,
+        buffered,
+    ))
+}
+
+/// A started process's parts, as [`launch`] takes them.
+struct Live {
+    child: NsChild,
+    pidfd: AsyncFd<OwnedFd>,
+    /// Its output (a pty's master, or the read end of its one output pipe).
+    output: Arc<AsyncFd<OwnedFd>>,
+    /// Where input goes (none: it reads no input).
+    input: Option<Arc<AsyncFd<OwnedFd>>>,
+    tty: bool,
+    log: Option<(PathBuf, File)>,
+    /// Bytes it printed before it became a background process.
+    printed: u64,
+    started: Instant,
+}
+
+/// Make the process and start watching it.
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    id: String,
+    session: String,
+    command: String,
+    live: Live,
+    timeout: Option<Duration>,
+    on_end: Option<Box<dyn FnOnce() + Send>>,
+    limits: &ProcessesConfig,
+    buffered: Arc<AtomicUsize>,
+) -> Arc<BgProcess> {
     let proc = Arc::new(BgProcess {
         id,
-        session: spec.session,
-        command: spec.command,
-        tty: spec.tty,
-        started: Instant::now(),
+        session,
+        command,
+        tty: live.tty,
+        started: live.started,
         state: Mutex::new(State {
             unread: VecDeque::new(),
             dropped: 0,
-            total: 0,
+            total: live.printed,
             ended: None,
             killed: false,
-            log_path: log.as_ref().map(|(p, _)| p.clone()),
-            log,
+            log_path: live.log.as_ref().map(|(p, _)| p.clone()),
+            log: live.log,
             final_read: false,
         }),
         changed: Notify::new(),
-        child,
-        input: Mutex::new(Some(input)),
-        master: spec.tty.then(|| out_read.clone()),
+        child: Arc::new(Mutex::new(live.child)),
+        input: Mutex::new(live.input),
+        master: live.tty.then(|| live.output.clone()),
         buffered,
         limits: limits.clone(),
     });
     tokio::spawn(watch(
         proc.clone(),
-        out_read,
-        pidfd,
-        spec.timeout,
-        spec.on_end,
+        live.output,
+        live.pidfd,
+        timeout,
+        on_end,
     ));
-    Ok(proc)
+    proc
 }
 
 /// Read the output until the end, reap the init, record how it ended, call `on_end`.
@@ -772,6 +908,9 @@ async fn watch(
     let far = tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600);
     let deadline = timeout.map_or(far, |t| tokio::time::Instant::now() + t);
     let mut give_up = far;
+    // SIGTERM at the time limit, SIGKILL after the grace period.
+    let mut kill_at = far;
+    let mut escalated = false;
     loop {
         if !open && status.is_some() {
             break;
@@ -817,6 +956,11 @@ async fn watch(
             }
             _ = tokio::time::sleep_until(deadline), if status.is_none() && !timed_out => {
                 timed_out = true;
+                lock(&proc.child).terminate();
+                kill_at = tokio::time::Instant::now() + TERM_GRACE;
+            }
+            _ = tokio::time::sleep_until(kill_at), if status.is_none() && timed_out && !escalated => {
+                escalated = true;
                 lock(&proc.child).kill();
             }
             _ = tokio::time::sleep_until(give_up), if status.is_some() && open => {
@@ -845,6 +989,7 @@ async fn watch(
             signal,
             killed: s.killed,
             timed_out,
+            escalated,
         });
     }
     proc.changed.notify_waiters();

@@ -1,4 +1,5 @@
-//! The environment a command sees: the runner's own, minus secrets, plus configured values.
+//! The environment a command sees: the runner's own, minus secrets, plus what a command
+//! without a terminal needs so nothing waits for a person, plus configured values.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -47,10 +48,84 @@ pub const DEFAULT_SCRUB: &[&str] = &[
     "GPG_AGENT_INFO",
 ];
 
+/// What an editor started by a command without a terminal runs: a message naming the flags that
+/// avoid the editor, and failure, at once. A shell snippet, as git runs `$GIT_EDITOR "$@"` with
+/// `sh -c` (so does nearly every tool that starts `$EDITOR`); `false` ignores the file names
+/// appended to it.
+const NO_EDITOR: &str = "echo 'toolyard: no editor without a terminal; give the text as an argument: git commit -m MESSAGE (--amend --no-edit keeps it), git tag -m MESSAGE, git merge/revert --no-edit; or prefix GIT_EDITOR=true to keep the default message' >&2; false";
+
+/// Variables set for a command without a terminal, so that nothing it starts waits for a
+/// person: editors and credential prompts fail at once, pagers print straight through, and
+/// tools see no terminal (and no colours). The host's own values (`TERM=xterm`, `EDITOR=vim`)
+/// describe the person's terminal, not the command's, so these replace them; the catalog's
+/// `[exec] set` replaces these.
+pub const NO_TERMINAL: &[(&str, &str)] = &[
+    ("TERM", "dumb"),
+    ("GIT_EDITOR", NO_EDITOR),
+    ("GIT_SEQUENCE_EDITOR", NO_EDITOR),
+    ("EDITOR", NO_EDITOR),
+    ("VISUAL", NO_EDITOR),
+    ("PAGER", "cat"),
+    ("GIT_PAGER", "cat"),
+    ("MANPAGER", "cat"),
+    ("SYSTEMD_PAGER", "cat"),
+    ("GH_PAGER", "cat"),
+    // The AWS CLI pages through less unless this is empty.
+    ("AWS_PAGER", ""),
+    ("GIT_TERMINAL_PROMPT", "0"),
+    // Credentials asked through a helper program: `false` answers nothing, at once.
+    ("GIT_ASKPASS", "false"),
+    ("SSH_ASKPASS", "false"),
+    ("GCM_INTERACTIVE", "never"),
+    ("GH_PROMPT_DISABLED", "1"),
+    ("DEBIAN_FRONTEND", "noninteractive"),
+    ("PIP_NO_INPUT", "1"),
+    ("NPM_CONFIG_YES", "true"),
+    ("NO_COLOR", "1"),
+    ("CARGO_TERM_COLOR", "never"),
+];
+
+/// Variables of the host's environment no command inherits (the catalog's `[exec] set` may
+/// still set them): a backtrace on every failing test is noise a model pays for.
+/// [`ANSWER_AFTER_ENV`] is `toolyard call`'s own setting, not one for a Toolyard the command
+/// starts.
+pub const NOT_INHERITED: &[&str] = &["RUST_BACKTRACE", "RUST_LIB_BACKTRACE", ANSWER_AFTER_ENV];
+
+/// Environment variable that replaces `[exec] answer_after_ms` (`0`: never). `toolyard call`
+/// sets it to 0: its one-shot calls have no client time limit, and a process handed back by
+/// one would end with the call.
+pub const ANSWER_AFTER_ENV: &str = "TOOLYARD_ANSWER_AFTER_MS";
+
+/// Variables of the host's environment a command without a terminal does not inherit: they
+/// say what the person's terminal can do, or force colours into a pipe.
+pub const TERMINAL_ONLY: &[&str] = &["COLORTERM", "FORCE_COLOR", "CLICOLOR_FORCE"];
+
+/// Whether a command has a terminal (a pty) or only pipes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Terminal {
+    /// Pipes (or /dev/null): [`NO_TERMINAL`] applies.
+    None,
+    /// A pseudo-terminal: `TERM` as the host has it (else `xterm-256color`), editors allowed.
+    Pty,
+}
+
+/// `TERM` for a command on a pty when the host sets none.
+const PTY_TERM: &str = "xterm-256color";
+
+/// Default of `[exec] answer_after_ms`: just under the 60 s after which many clients give up on
+/// a call.
+pub const DEFAULT_ANSWER_AFTER_MS: u64 = 50_000;
+
 /// The `[exec]` catalog section: how the environment of commands is built.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecConfig {
+    /// A foreground `run_command` (or `build`, `test`, `validate`) still running after this
+    /// many milliseconds is answered with its process id and output so far, and keeps running
+    /// as a background process (its time limit still applies); 0: never (default
+    /// [`DEFAULT_ANSWER_AFTER_MS`]).
+    #[serde(default)]
+    pub answer_after_ms: Option<u64>,
     /// Glob patterns of names to remove; replaces [`DEFAULT_SCRUB`] when set.
     #[serde(default)]
     pub scrub: Option<Vec<String>>,
@@ -105,16 +180,41 @@ impl EnvPolicy {
         hit(&self.scrub) && !hit(&self.keep)
     }
 
-    /// The environment a command gets, given the runner's own.
+    /// The environment a command without a terminal gets, given the runner's own.
     pub fn build(
         &self,
         vars: impl IntoIterator<Item = (OsString, OsString)>,
     ) -> Vec<(OsString, OsString)> {
+        self.build_for(vars, Terminal::None)
+    }
+
+    /// The environment a command gets, given the runner's own and whether it has a terminal.
+    pub fn build_for(
+        &self,
+        vars: impl IntoIterator<Item = (OsString, OsString)>,
+        terminal: Terminal,
+    ) -> Vec<(OsString, OsString)> {
+        let dropped = |k: &str| {
+            NOT_INHERITED.contains(&k) || (terminal == Terminal::None && TERMINAL_ONLY.contains(&k))
+        };
         let mut out: BTreeMap<OsString, OsString> = vars
             .into_iter()
             // A name that is not UTF-8 cannot be matched reliably, so it is dropped.
-            .filter(|(k, _)| k.to_str().is_some_and(|k| !self.is_scrubbed(k)))
+            .filter(|(k, _)| {
+                k.to_str()
+                    .is_some_and(|k| !self.is_scrubbed(k) && !dropped(k))
+            })
             .collect();
+        match terminal {
+            Terminal::None => {
+                for (k, v) in NO_TERMINAL {
+                    out.insert(k.into(), v.into());
+                }
+            }
+            Terminal::Pty => {
+                out.entry("TERM".into()).or_insert_with(|| PTY_TERM.into());
+            }
+        }
         for (k, v) in &self.set {
             out.insert(k.into(), v.into());
         }
@@ -253,9 +353,77 @@ mod tests {
         }
     }
 
+    fn value(env: &[(OsString, OsString)], name: &str) -> Option<String> {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+    }
+
+    #[test]
+    fn a_command_without_a_terminal_gets_no_editor_pager_or_prompt() {
+        let host = [
+            ("TERM".into(), "xterm".into()),
+            ("EDITOR".into(), "vim".into()),
+            ("RUST_BACKTRACE".into(), "1".into()),
+            ("COLORTERM".into(), "truecolor".into()),
+            ("PATH".into(), "/usr/bin".into()),
+        ];
+        let env = EnvPolicy::default().build(host.clone());
+        assert_eq!(value(&env, "TERM").as_deref(), Some("dumb"));
+        assert_eq!(value(&env, "PAGER").as_deref(), Some("cat"));
+        assert_eq!(value(&env, "GIT_TERMINAL_PROMPT").as_deref(), Some("0"));
+        assert!(value(&env, "EDITOR").unwrap().contains("git commit -m"));
+        assert_eq!(value(&env, "RUST_BACKTRACE"), None);
+        assert_eq!(value(&env, "COLORTERM"), None);
+        assert_eq!(value(&env, "PATH").as_deref(), Some("/usr/bin"));
+        // On a terminal: the host's TERM and editor, still no backtraces.
+        let env = EnvPolicy::default().build_for(host, Terminal::Pty);
+        assert_eq!(value(&env, "TERM").as_deref(), Some("xterm"));
+        assert_eq!(value(&env, "EDITOR").as_deref(), Some("vim"));
+        assert_eq!(value(&env, "COLORTERM").as_deref(), Some("truecolor"));
+        assert_eq!(value(&env, "RUST_BACKTRACE"), None);
+        let env = EnvPolicy::default().build_for([], Terminal::Pty);
+        assert_eq!(value(&env, "TERM").as_deref(), Some(PTY_TERM));
+    }
+
+    #[test]
+    fn the_catalog_set_wins_over_the_terminal_defaults() {
+        let cfg = ExecConfig {
+            set: [
+                ("GIT_EDITOR".to_string(), "my-editor".to_string()),
+                ("RUST_BACKTRACE".to_string(), "full".to_string()),
+            ]
+            .into(),
+            ..ExecConfig::default()
+        };
+        let env = EnvPolicy::from_config(&cfg).build([("RUST_BACKTRACE".into(), "1".into())]);
+        assert_eq!(value(&env, "GIT_EDITOR").as_deref(), Some("my-editor"));
+        assert_eq!(value(&env, "RUST_BACKTRACE").as_deref(), Some("full"));
+        assert_eq!(value(&env, "TERM").as_deref(), Some("dumb"));
+    }
+
+    #[test]
+    fn the_editor_stub_fails_at_once_naming_the_flag_as_git_runs_it() {
+        // As git runs $GIT_EDITOR: `sh -c '<editor> "$@"' <editor> FILE`.
+        let out = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!("{NO_EDITOR} \"$@\""))
+            .arg(NO_EDITOR)
+            .arg("/nonexistent/COMMIT_EDITMSG")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("git commit -m") && err.contains("--no-edit"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn keep_and_set_override_the_scrub_list() {
         let cfg = ExecConfig {
+            answer_after_ms: None,
             scrub: None,
             keep: vec!["CI_JOB_TOKEN".into()],
             set: [("LANG".to_string(), "C".to_string())].into(),
@@ -265,13 +433,8 @@ mod tests {
             ("NPM_TOKEN".into(), "y".into()),
             ("LANG".into(), "fr".into()),
         ]);
-        let names: Vec<_> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        assert_eq!(
-            names,
-            vec![
-                ("CI_JOB_TOKEN".into(), "x".into()),
-                ("LANG".into(), "C".into())
-            ]
-        );
+        assert_eq!(value(&env, "CI_JOB_TOKEN").as_deref(), Some("x"));
+        assert_eq!(value(&env, "NPM_TOKEN"), None);
+        assert_eq!(value(&env, "LANG").as_deref(), Some("C"));
     }
 }

@@ -1,6 +1,9 @@
 //! Run one command: `sh -c COMMAND` in a working directory, stdin from /dev/null (or given
-//! bytes), a timeout and cancellation that kill the whole process tree, and output captured
+//! bytes), a timeout and cancellation that end the whole process tree, and output captured
 //! head-and-tail while the command runs, so memory stays bounded however much it prints.
+//!
+//! By default stdout and stderr share one pipe, as `2>&1` would: the output reads in the order
+//! the command wrote it, as a terminal shows it, and the whole budget goes to what was printed.
 
 use std::ffi::CString;
 use std::fmt::Write as _;
@@ -16,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncRead, AsyncReadExt, Interest};
+use tokio::io::{AsyncReadExt, Interest};
 use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
@@ -28,6 +31,10 @@ use crate::tree::{self, Mechanism};
 
 /// How long readers may keep going after the command exited, before leftovers are killed.
 const EXIT_GRACE: Duration = Duration::from_millis(200);
+/// How long a timed-out command has between SIGTERM and SIGKILL: enough for git or a package
+/// manager to remove its lock files and for a test runner to print its summary, short next
+/// to any time limit a model sets.
+pub const TERM_GRACE: Duration = Duration::from_secs(2);
 /// How long to drain the pipes after a kill before giving up on them.
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 /// How long to wait for a killed process to be reaped before giving up on it.
@@ -65,14 +72,25 @@ impl Default for SpillLimits {
     }
 }
 
+/// How a command's stdout and stderr reach the result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Streams {
+    /// One pipe for both, as `2>&1` would: the output in the order it was written, as a
+    /// terminal shows it, in [`ExecOutcome::stdout`].
+    #[default]
+    Merged,
+    /// A pipe each, shaped apart within one budget (for results that name the two).
+    Separate,
+}
+
 /// A progress report of a running command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecProgress {
     /// Time since the command started.
     pub elapsed: Duration,
-    /// Bytes read from stdout so far.
+    /// Bytes read from stdout so far (both streams with [`Streams::Merged`]).
     pub stdout_bytes: u64,
-    /// Bytes read from stderr so far.
+    /// Bytes read from stderr so far (0 with [`Streams::Merged`]).
     pub stderr_bytes: u64,
 }
 
@@ -86,10 +104,12 @@ pub struct ExecRequest {
     pub command: String,
     /// Working directory: absolute, already confined to the workspace by the caller.
     pub cwd: PathBuf,
-    /// Time limit; on expiry the whole tree is killed.
+    /// Time limit; on expiry the tree gets SIGTERM, then SIGKILL after [`TERM_GRACE`].
     pub timeout: Duration,
     /// The most output bytes (stdout and stderr together) the result shows.
     pub max_output_bytes: usize,
+    /// One stream in arrival order (the default) or stdout and stderr apart.
+    pub streams: Streams,
     /// Which environment variables the command inherits.
     pub env: EnvPolicy,
     /// Where the full output of a truncated call is saved, as `{call_id}.log`.
@@ -107,6 +127,10 @@ pub struct ExecRequest {
     /// Also keep stdout's first this many bytes exactly as written, in
     /// [`ExecOutcome::raw_stdout`] (0: none), for output that is data, not text.
     pub raw_stdout_limit: usize,
+    /// With [`run_or_answer`]: still running after this long, the command is handed back
+    /// running ([`Ran::Running`]) instead of waited for. Only a command in a PID namespace of
+    /// its own, on one output stream and without given stdin can be; others run to the end.
+    pub answer_after: Option<Duration>,
 }
 
 impl std::fmt::Debug for ExecRequest {
@@ -116,20 +140,24 @@ impl std::fmt::Debug for ExecRequest {
             .field("cwd", &self.cwd)
             .field("timeout", &self.timeout)
             .field("max_output_bytes", &self.max_output_bytes)
+            .field("streams", &self.streams)
             .field("spill_dir", &self.spill_dir)
             .field("call_id", &self.call_id)
+            .field("answer_after", &self.answer_after)
             .finish_non_exhaustive()
     }
 }
 
 impl ExecRequest {
-    /// A request with defaults: 60 s, 100 000 bytes, secrets scrubbed, no spill file.
+    /// A request with defaults: 60 s, 30 000 bytes on one stream, secrets scrubbed, no spill
+    /// file.
     pub fn new(command: impl Into<String>, cwd: impl Into<PathBuf>) -> Self {
         Self {
             command: command.into(),
             cwd: cwd.into(),
             timeout: Duration::from_secs(60),
             max_output_bytes: toolyard_core::DEFAULT_MAX_OUTPUT_BYTES as usize,
+            streams: Streams::Merged,
             env: EnvPolicy::default(),
             spill_dir: None,
             spill_limits: SpillLimits::default(),
@@ -138,7 +166,40 @@ impl ExecRequest {
             on_progress: None,
             stdin: None,
             raw_stdout_limit: 0,
+            answer_after: None,
         }
+    }
+}
+
+/// How a timed-out command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeoutStop {
+    /// The time limit, in milliseconds.
+    pub after_ms: u64,
+    /// SIGTERM was not enough: SIGKILL ended the tree after [`TERM_GRACE`].
+    pub killed: bool,
+}
+
+impl TimeoutStop {
+    /// `timed out after N ms: sent SIGTERM, ...`
+    pub fn describe(&self) -> String {
+        let grace = TERM_GRACE.as_secs();
+        if self.killed {
+            format!(
+                "timed out after {} ms: sent SIGTERM, then SIGKILL {grace} s later; the command and all its processes were killed",
+                self.after_ms
+            )
+        } else {
+            format!(
+                "timed out after {} ms: sent SIGTERM, the command exited within the {grace} s grace period",
+                self.after_ms
+            )
+        }
+    }
+
+    /// The signal that ended the command: `SIGTERM` or `SIGKILL`.
+    pub fn signal(&self) -> &'static str {
+        if self.killed { "SIGKILL" } else { "SIGTERM" }
     }
 }
 
@@ -149,21 +210,26 @@ pub struct ExecOutcome {
     pub exit_code: Option<i32>,
     /// The signal that ended it, e.g. `"SIGKILL"`.
     pub signal: Option<String>,
-    /// Stdout, shaped head + tail.
+    /// The output, shaped head + tail: both streams in arrival order when [`Self::merged`],
+    /// else stdout.
     pub stdout: String,
-    /// Stderr, shaped head + tail.
+    /// Stderr, shaped head + tail (empty when [`Self::merged`]).
     pub stderr: String,
-    /// The time limit expired and the tree was killed.
+    /// Stdout and stderr came on one pipe: [`Self::stdout`] holds both.
+    pub merged: bool,
+    /// The time limit expired and the tree was stopped.
     pub timed_out: bool,
+    /// How the timed-out tree was stopped.
+    pub timeout_stop: Option<TimeoutStop>,
     /// The call was cancelled and the tree was killed.
     pub cancelled: bool,
     /// Some output was cut from `stdout` or `stderr`.
     pub truncated: bool,
     /// Wall-clock duration.
     pub duration_ms: u64,
-    /// Total bytes the command wrote to stdout.
+    /// Total bytes the command wrote to stdout (to both streams when [`Self::merged`]).
     pub stdout_bytes: u64,
-    /// Total bytes the command wrote to stderr.
+    /// Total bytes the command wrote to stderr (0 when [`Self::merged`]).
     pub stderr_bytes: u64,
     /// The file holding the full stdout+stderr (interleaved as they arrived) when truncated.
     pub full_output: Option<PathBuf>,
@@ -179,22 +245,32 @@ impl ExecOutcome {
         self.exit_code == Some(0) && !self.timed_out && !self.cancelled
     }
 
-    /// The text the model reads: how it ended, then stdout and stderr.
-    pub fn model_text(&self) -> String {
-        let mut text = String::new();
-        if self.timed_out {
-            let _ = writeln!(
-                text,
+    /// Bytes the command printed in all.
+    pub fn output_bytes(&self) -> u64 {
+        self.stdout_bytes + self.stderr_bytes
+    }
+
+    /// The first line of [`Self::model_text`]: how it ended (`None` while it runs).
+    pub fn status_line(&self) -> Option<String> {
+        if let Some(stop) = &self.timeout_stop {
+            Some(stop.describe())
+        } else if self.timed_out {
+            Some(format!(
                 "timed out after {} ms; the command and all its processes were killed",
                 self.duration_ms
-            );
+            ))
         } else if self.cancelled {
-            text.push_str("cancelled; the command and all its processes were killed\n");
+            Some("cancelled; the command and all its processes were killed".into())
         } else if let Some(sig) = &self.signal {
-            let _ = writeln!(text, "killed by signal {sig}");
-        } else if let Some(code) = self.exit_code {
-            let _ = writeln!(text, "exit code: {code}");
+            Some(format!("killed by signal {sig}"))
+        } else {
+            self.exit_code.map(|code| format!("exit code: {code}"))
         }
+    }
+
+    /// The output for the model: the one stream, or stdout and stderr under headers.
+    pub fn output_text(&self) -> String {
+        let mut text = String::new();
         if self.stdout.is_empty() && self.stderr.is_empty() {
             text.push_str("(no output)\n");
         }
@@ -202,7 +278,9 @@ impl ExecOutcome {
             if body.is_empty() {
                 continue;
             }
-            let _ = writeln!(text, "--- {name} ---");
+            if !self.merged {
+                let _ = writeln!(text, "--- {name} ---");
+            }
             text.push_str(body);
             if !body.ends_with('\n') {
                 text.push('\n');
@@ -222,10 +300,67 @@ impl ExecOutcome {
         }
         text
     }
+
+    /// The text the model reads: how it ended, then the output.
+    pub fn model_text(&self) -> String {
+        let mut text = String::new();
+        if let Some(status) = self.status_line() {
+            text.push_str(&status);
+            text.push('\n');
+        }
+        text.push_str(&self.output_text());
+        text
+    }
+}
+
+/// A command handed back still running by [`run_or_answer`]: what it printed so far, and the
+/// live process, for [`crate::background::ProcessTable::adopt`].
+pub struct Running {
+    /// The output so far, shaped like a finished command's (no exit status yet).
+    pub so_far: ExecOutcome,
+    /// The file that holds its whole output, and keeps receiving it once adopted.
+    pub log: Option<PathBuf>,
+    /// What is left of its time limit.
+    pub time_left: Duration,
+    pub(crate) child: tree::NsChild,
+    pub(crate) pidfd: AsyncFd<OwnedFd>,
+    pub(crate) output: OwnedFd,
+    pub(crate) log_file: Option<File>,
+    pub(crate) started: Instant,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("so_far", &self.so_far)
+            .field("log", &self.log)
+            .field("time_left", &self.time_left)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`run_or_answer`] returns.
+#[derive(Debug)]
+pub enum Ran {
+    /// The command ended.
+    Finished(ExecOutcome),
+    /// Still running after [`ExecRequest::answer_after`].
+    Running(Box<Running>),
 }
 
 /// Run `req.command` with `sh -c` and capture its bounded output.
-pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
+pub async fn run(mut req: ExecRequest) -> Result<ExecOutcome, ToolError> {
+    req.answer_after = None;
+    match run_or_answer(req).await? {
+        Ran::Finished(outcome) => Ok(outcome),
+        Ran::Running(_) => Err(ToolError::Io(
+            "internal: a command was handed back running without being asked to".into(),
+        )),
+    }
+}
+
+/// [`run`], or, when [`ExecRequest::answer_after`] passes first, the command still running.
+pub async fn run_or_answer(req: ExecRequest) -> Result<Ran, ToolError> {
     if req.command.trim().is_empty() {
         return Err(ToolError::InvalidArguments("command is empty".into()));
     }
@@ -233,7 +368,7 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
         return Err(ToolError::FileNotFound(req.cwd.clone()));
     }
     let mechanism = tree::mechanism();
-    let (mut child, mut out, mut err, input) = match spawn(&req, mechanism) {
+    let (mut child, mut out, err, input) = match spawn(&req, mechanism) {
         Ok(spawned) => spawned,
         // The namespace may be refused later than the probe saw (e.g. a limit on namespaces).
         Err(e) if mechanism != &Mechanism::ProcessGroup && is_namespace_refusal(&e) => {
@@ -244,6 +379,7 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
     };
     let started = Instant::now();
     tracing::debug!(command = %req.command, cwd = %req.cwd.display(), "spawned");
+    let can_answer = matches!(child, Proc::Ns(..)) && err.is_none() && input.is_none();
     if let (Some(mut pipe), Some(bytes)) = (input, req.stdin.clone()) {
         // Aside, so a command that never reads its input cannot stall the loop; the write
         // ends with an error once the tree is gone.
@@ -257,14 +393,20 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
     // Read into spare capacity: nothing is zeroed (or even touched) for a quiet command.
     let mut out_buf = Vec::with_capacity(CHUNK);
     let mut err_buf = Vec::with_capacity(CHUNK);
-    let (mut out_open, mut err_open) = (true, true);
+    let mut err = err;
+    let (mut out_open, mut err_open) = (true, err.is_some());
     let mut status: Option<ExitStatus> = None;
     let (mut timed_out, mut cancelled) = (false, false);
-    // When the command exited, and when to stop reading after a kill.
+    // When the command exited, when SIGTERM was sent, and when to stop reading after a kill.
     let mut exited_at: Option<tokio::time::Instant> = None;
+    let mut term_at: Option<tokio::time::Instant> = None;
     let mut give_up_at: Option<tokio::time::Instant> = None;
-    let mut killed = false;
+    let (mut killed, mut escalated) = (false, false);
     let deadline = tokio::time::Instant::now() + req.timeout;
+    let answer_at = req
+        .answer_after
+        .filter(|a| can_answer && *a < req.timeout)
+        .map(|a| tokio::time::Instant::now() + a);
     let mut progress =
         tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
     let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
@@ -281,7 +423,7 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
                     out_buf.clear();
                 }
             },
-            r = err.read_buf(&mut err_buf), if err_open => match r {
+            r = read_opt(&mut err, &mut err_buf), if err_open => match r {
                 Ok(0) | Err(_) => err_open = false,
                 Ok(_) => {
                     capture.push(Stream::Err, &err_buf);
@@ -292,11 +434,20 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
                 status = Some(st.map_err(|e| ToolError::Io(format!("waiting for the command: {e}")))?);
                 exited_at = Some(tokio::time::Instant::now());
             }
-            _ = tokio::time::sleep_until(deadline), if !killed && status.is_none() => {
+            _ = tokio::time::sleep_until(deadline), if !timed_out && !killed && status.is_none() => {
+                // SIGTERM first, so tools remove their lock files and temp state.
                 timed_out = true;
+                child.terminate();
+                term_at = Some(tokio::time::Instant::now());
+            }
+            _ = tokio::time::sleep_until(term_at.unwrap_or(far) + TERM_GRACE), if term_at.is_some() && !killed && status.is_none() => {
                 child.kill();
                 killed = true;
+                escalated = true;
                 give_up_at = Some(tokio::time::Instant::now() + DRAIN_GRACE);
+            }
+            _ = tokio::time::sleep_until(answer_at.unwrap_or(far)), if answer_at.is_some() && !timed_out && !killed && status.is_none() => {
+                return hand_over(child, out, capture, &req, deadline, started);
             }
             _ = req.cancel.cancelled(), if !killed && status.is_none() => {
                 cancelled = true;
@@ -323,8 +474,8 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
                 if let Some(cb) = &req.on_progress {
                     cb(ExecProgress {
                         elapsed: started.elapsed(),
-                        stdout_bytes: capture.stdout.total_bytes(),
-                        stderr_bytes: capture.stderr.total_bytes(),
+                        stdout_bytes: capture.out.total_bytes(),
+                        stderr_bytes: capture.err.total_bytes(),
                     });
                 }
             }
@@ -332,9 +483,13 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
     }
     child.cleanup();
 
-    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let duration_ms = millis(started.elapsed());
     let (exit_code, signal) = describe(status);
-    let mut outcome = capture.finish(exit_code, signal, timed_out, cancelled, duration_ms);
+    let timeout_stop = timed_out.then(|| TimeoutStop {
+        after_ms: millis(req.timeout),
+        killed: escalated,
+    });
+    let mut outcome = capture.finish(exit_code, signal, timeout_stop, cancelled, duration_ms);
     if !outcome.success() {
         outcome.sandbox_note = crate::sandbox::explain::explain(
             &format!("{}\n{}", outcome.stdout, outcome.stderr),
@@ -350,10 +505,84 @@ pub async fn run(req: ExecRequest) -> Result<ExecOutcome, ToolError> {
         duration_ms,
         "command finished"
     );
-    Ok(outcome)
+    Ok(Ran::Finished(outcome))
 }
 
-/// A started command: how to wait for it and kill its tree.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Read from the stream if there is one (a missing one never becomes ready).
+async fn read_opt(r: &mut Option<Reader>, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    match r {
+        Some(r) => r.read_buf(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Hand a still-running command back: its output so far, and the pieces a background
+/// process needs to go on reading, reaping and stopping it.
+fn hand_over(
+    child: Proc,
+    out: Reader,
+    capture: Capture,
+    req: &ExecRequest,
+    deadline: tokio::time::Instant,
+    started: Instant,
+) -> Result<Ran, ToolError> {
+    let Proc::Ns(child, pidfd) = child else {
+        return Err(ToolError::Io(
+            "internal: only a command in a PID namespace can be handed back".into(),
+        ));
+    };
+    let io = |e: std::io::Error| ToolError::Io(format!("handing the command over: {e}"));
+    let output = out.into_nonblocking_fd().map_err(io)?;
+    let (log, log_file) = match capture.spill.into_log() {
+        Some((path, file)) => (Some(path), Some(file)),
+        None => (None, None),
+    };
+    let hint = log
+        .as_ref()
+        .map(|p| format!("full output in {}", p.display()));
+    let stdout_bytes = capture.out.total_bytes();
+    let (stdout, stderr, truncated) = capture_text(
+        capture.out,
+        capture.err,
+        capture.merged,
+        capture.limit,
+        hint.as_deref(),
+    );
+    let so_far = ExecOutcome {
+        exit_code: None,
+        signal: None,
+        stdout,
+        stderr,
+        merged: capture.merged,
+        timed_out: false,
+        timeout_stop: None,
+        cancelled: false,
+        truncated,
+        duration_ms: millis(started.elapsed()),
+        stdout_bytes,
+        stderr_bytes: 0,
+        full_output: if truncated { log.clone() } else { None },
+        raw_stdout: capture.raw_stdout,
+        sandbox_note: None,
+    };
+    tracing::debug!(command = %req.command, "handed back running");
+    Ok(Ran::Running(Box::new(Running {
+        so_far,
+        log,
+        time_left: deadline.saturating_duration_since(tokio::time::Instant::now()),
+        child,
+        pidfd,
+        output,
+        log_file,
+        started,
+    })))
+}
+
+/// A started command: how to wait for it and stop its tree.
 enum Proc {
     /// Through `tokio::process` (cgroup or process-group mechanisms).
     Tokio(tokio::process::Child, tree::Tree),
@@ -361,10 +590,11 @@ enum Proc {
     Ns(tree::NsChild, AsyncFd<OwnedFd>),
 }
 
-type Reader = Pin<Box<dyn AsyncRead + Send>>;
+type Reader = pipe::Receiver;
 type Writer = Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
-/// A started command, its stdout and stderr, and its stdin when [`ExecRequest::stdin`] is set.
-type Spawned = (Proc, Reader, Reader, Option<Writer>);
+/// A started command, its output (stderr apart with [`Streams::Separate`]), and its stdin when
+/// [`ExecRequest::stdin`] is set.
+type Spawned = (Proc, Reader, Option<Reader>, Option<Writer>);
 
 impl Proc {
     /// How the command ended (cancel-safe).
@@ -378,6 +608,14 @@ impl Proc {
                     None => ready.clear_ready(),
                 }
             },
+        }
+    }
+
+    /// Ask the whole tree to end (SIGTERM).
+    fn terminate(&self) {
+        match self {
+            Proc::Tokio(_, tree) => tree.terminate(),
+            Proc::Ns(child, _) => child.terminate(),
         }
     }
 
@@ -408,6 +646,33 @@ fn spawn(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, ToolError>
     }
 }
 
+/// The command's output pipes: (stdout's read end, stderr's read end when apart, the write
+/// ends for stdout and stderr, which are one pipe when merged).
+type Pipes = (OwnedFd, Option<OwnedFd>, OwnedFd, OwnedFd);
+
+fn output_pipes(streams: Streams) -> std::io::Result<Pipes> {
+    let (out_r, out_w) = cloexec_pipe()?;
+    match streams {
+        Streams::Merged => {
+            let err_w = out_w.try_clone()?;
+            Ok((out_r, None, out_w, err_w))
+        }
+        Streams::Separate => {
+            let (err_r, err_w) = cloexec_pipe()?;
+            Ok((out_r, Some(err_r), out_w, err_w))
+        }
+    }
+}
+
+fn readers(out: OwnedFd, err: Option<OwnedFd>) -> std::io::Result<(Reader, Option<Reader>)> {
+    let out = pipe::Receiver::from_owned_fd(out)?;
+    let err = match err {
+        Some(fd) => Some(pipe::Receiver::from_owned_fd(fd)?),
+        None => None,
+    };
+    Ok((out, err))
+}
+
 fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<Spawned, ToolError> {
     let c = |s: &[u8], what: &str| {
         CString::new(s)
@@ -432,60 +697,47 @@ fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<Spawned, ToolError> {
         .collect::<Result<Vec<_>, _>>()?;
     let cwd = c(req.cwd.as_os_str().as_bytes(), "the working directory")?;
     let io = |e: std::io::Error| ToolError::Io(format!("watching the command: {e}"));
-    // With input, the three pipes are made here and handed over; the child's ends close
-    // on our side once it has its copies.
-    let given = match req.stdin {
-        Some(_) => Some((
-            cloexec_pipe().map_err(io)?,
-            cloexec_pipe().map_err(io)?,
-            cloexec_pipe().map_err(io)?,
-        )),
-        None => None,
+    // The pipes are made here and handed over; the child's ends close on our side once it has
+    // its copies.
+    let (out_r, err_r, out_w, err_w) = output_pipes(req.streams).map_err(io)?;
+    let (stdin_r, stdin_w) = match req.stdin {
+        Some(_) => {
+            let (r, w) = cloexec_pipe().map_err(io)?;
+            (r, Some(w))
+        }
+        None => (dev_null().map_err(io)?, None),
     };
     let cmd = tree::NsCommand {
         program: &program,
         args: &args,
         env: &env,
         cwd: &cwd,
-        stdio: given
-            .as_ref()
-            .map(|((in_r, _), (_, out_w), (_, err_w))| tree::NsStdio {
-                stdin: in_r.as_raw_fd(),
-                stdout: out_w.as_raw_fd(),
-                stderr: err_w.as_raw_fd(),
-                controlling_tty: false,
-            }),
+        stdio: Some(tree::NsStdio {
+            stdin: stdin_r.as_raw_fd(),
+            stdout: out_w.as_raw_fd(),
+            stderr: err_w.as_raw_fd(),
+            controlling_tty: false,
+        }),
         die_with_parent: false,
     };
     let spawned = tree::spawn_in_pid_namespace(&cmd, user_ns)
         .map_err(|e| ToolError::Io(format!("cannot start `sh -c`: {e}")))?;
-    let tree::NsSpawned {
-        child,
-        pidfd,
-        mut stdout,
-        mut stderr,
-    } = spawned;
-    let mut input = None;
-    if let Some(((_, in_w), (out_r, _), (err_r, _))) = given {
-        stdout = Some(out_r);
-        stderr = Some(err_r);
-        input = Some(in_w);
-    }
+    drop((stdin_r, out_w, err_w));
+    let tree::NsSpawned { child, pidfd, .. } = spawned;
     // SAFETY: the AsyncFd owns the pidfd, which stays open and the same until it is dropped.
     let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
         .map_err(|e| io(e.into()))?;
-    let (Some(stdout), Some(stderr)) = (stdout, stderr) else {
-        return Err(ToolError::Io(
-            "the command's output pipes are missing".into(),
-        ));
-    };
-    let out = pipe::Receiver::from_owned_fd(stdout).map_err(io)?;
-    let err = pipe::Receiver::from_owned_fd(stderr).map_err(io)?;
-    let input: Option<Writer> = match input {
+    let (out, err) = readers(out_r, err_r).map_err(io)?;
+    let input: Option<Writer> = match stdin_w {
         Some(fd) => Some(Box::pin(pipe::Sender::from_owned_fd(fd).map_err(io)?)),
         None => None,
     };
-    Ok((Proc::Ns(child, pidfd), Box::pin(out), Box::pin(err), input))
+    Ok((Proc::Ns(child, pidfd), out, err, input))
+}
+
+/// /dev/null for reading, close-on-exec.
+fn dev_null() -> std::io::Result<OwnedFd> {
+    Ok(std::fs::File::open("/dev/null")?.into())
 }
 
 /// A pipe whose both ends close on exec: (read end, write end).
@@ -502,6 +754,8 @@ fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, ToolError> {
+    let io = |e: std::io::Error| ToolError::Io(format!("watching the command: {e}"));
+    let (out_r, err_r, out_w, err_w) = output_pipes(req.streams).map_err(io)?;
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(&req.command)
@@ -510,8 +764,8 @@ fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, Tool
             Some(_) => Stdio::piped(),
             None => Stdio::null(),
         })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::from(out_w))
+        .stderr(Stdio::from(err_w))
         .env_clear()
         .envs(req.env.build(std::env::vars_os()))
         .kill_on_drop(false);
@@ -522,23 +776,22 @@ fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, Tool
     unsafe {
         cmd.pre_exec(move || crate::sandbox::enter_command_domain(layer));
     }
-    match cmd.spawn() {
+    let spawned = cmd.spawn();
+    // Our copies of the write ends: the readers see the end of the output once the tree is gone.
+    drop(cmd);
+    match spawned {
         Ok(mut child) => {
             let pid = child.id().unwrap_or(0);
             let tree = prepared.spawned(pid);
-            let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
-                tree.kill();
-                return Err(ToolError::Io(
-                    "the command's output pipes are missing".into(),
-                ));
+            let (out, err) = match readers(out_r, err_r) {
+                Ok(r) => r,
+                Err(e) => {
+                    tree.kill();
+                    return Err(io(e));
+                }
             };
             let input = child.stdin.take().map(|i| Box::pin(i) as Writer);
-            Ok((
-                Proc::Tokio(child, tree),
-                Box::pin(out),
-                Box::pin(err),
-                input,
-            ))
+            Ok((Proc::Tokio(child, tree), out, err, input))
         }
         Err(e) => {
             prepared.abandon();
@@ -571,12 +824,17 @@ enum Stream {
     Err,
 }
 
-/// Bounded capture of both streams, plus the spill file once the output outgrows the limit.
+/// Bounded capture of the output, plus the spill file once it outgrows the limit.
 struct Capture {
-    stdout: HeadTail,
-    stderr: HeadTail,
-    stdout_cap: usize,
-    stderr_cap: usize,
+    /// The one stream (merged), or stdout.
+    out: HeadTail,
+    /// Stderr, when apart (unused when merged).
+    err: HeadTail,
+    merged: bool,
+    /// The bytes the result shows, for both streams together.
+    limit: usize,
+    /// The lines the result shows, for both streams together.
+    lines: u64,
     spill: Spill,
     raw_stdout: Vec<u8>,
     raw_limit: usize,
@@ -584,8 +842,6 @@ struct Capture {
 
 impl Capture {
     fn new(req: &ExecRequest) -> Self {
-        // An even split: build tools write their logs to stderr, tests theirs to stdout.
-        let half = req.max_output_bytes / 2;
         let spill = match &req.spill_dir {
             Some(dir) => Spill::Pending {
                 path: dir.join(format!("{}.log", file_safe(&req.call_id))),
@@ -594,11 +850,18 @@ impl Capture {
             },
             None => Spill::Off,
         };
+        let limit = req.max_output_bytes;
+        let merged = req.streams == Streams::Merged;
+        // Apart, each stream may get the whole budget (the other printed nothing): both keep
+        // that much, and the budget is split when the result is shaped.
+        let out = HeadTail::new(limit);
+        let lines = out.limits().1;
         Self {
-            stdout: HeadTail::new(half),
-            stderr: HeadTail::new(req.max_output_bytes - half),
-            stdout_cap: half,
-            stderr_cap: req.max_output_bytes - half,
+            out,
+            err: HeadTail::new(if merged { 0 } else { limit }),
+            merged,
+            limit,
+            lines,
             spill,
             raw_stdout: Vec::new(),
             raw_limit: req.raw_stdout_limit,
@@ -611,13 +874,19 @@ impl Capture {
                 let room = self.raw_limit.saturating_sub(self.raw_stdout.len());
                 self.raw_stdout
                     .extend_from_slice(&chunk[..room.min(chunk.len())]);
-                self.stdout.push(chunk)
+                self.out.push(chunk);
             }
-            Stream::Err => self.stderr.push(chunk),
+            Stream::Err => self.err.push(chunk),
         }
-        // Spill as soon as either stream no longer fits its share.
-        let overflow = self.stdout.total_bytes() > self.stdout_cap as u64
-            || self.stderr.total_bytes() > self.stderr_cap as u64;
+        // Spill as soon as the result can no longer show all of it.
+        let overflow = if self.merged {
+            self.out.cut()
+        } else {
+            self.out.cut()
+                || self.err.cut()
+                || self.out.total_bytes() + self.err.total_bytes() > self.limit as u64
+                || self.out.total_lines() + self.err.total_lines() > self.lines
+        };
         self.spill.push(chunk, overflow);
     }
 
@@ -625,24 +894,25 @@ impl Capture {
         self,
         exit_code: Option<i32>,
         signal: Option<String>,
-        timed_out: bool,
+        timeout_stop: Option<TimeoutStop>,
         cancelled: bool,
         duration_ms: u64,
     ) -> ExecOutcome {
-        let (stdout_bytes, stderr_bytes) = (self.stdout.total_bytes(), self.stderr.total_bytes());
+        let (stdout_bytes, stderr_bytes) = (self.out.total_bytes(), self.err.total_bytes());
         let full_output = self.spill.finish();
         let hint = full_output
             .as_ref()
             .map(|p| format!("full output in {}", p.display()));
-        let out: Shaped = self.stdout.finish(hint.as_deref());
-        let err: Shaped = self.stderr.finish(hint.as_deref());
-        let truncated = out.truncated() || err.truncated();
+        let (stdout, stderr, truncated) =
+            capture_text(self.out, self.err, self.merged, self.limit, hint.as_deref());
         ExecOutcome {
             exit_code,
             signal,
-            stdout: out.text,
-            stderr: err.text,
-            timed_out,
+            stdout,
+            stderr,
+            merged: self.merged,
+            timed_out: timeout_stop.is_some(),
+            timeout_stop,
             cancelled,
             truncated,
             duration_ms,
@@ -653,6 +923,56 @@ impl Capture {
             sandbox_note: None,
         }
     }
+}
+
+/// The shown text of the captured streams within `limit` bytes (and its lines), and whether
+/// anything was cut. Apart, a stream that printed less than half the budget leaves the rest to
+/// the other.
+fn capture_text(
+    out: HeadTail,
+    err: HeadTail,
+    merged: bool,
+    limit: usize,
+    hint: Option<&str>,
+) -> (String, String, bool) {
+    if merged {
+        let shaped: Shaped = out.finish(hint);
+        let cut = shaped.truncated();
+        return (shaped.text, String::new(), cut);
+    }
+    let lines = out.limits().1;
+    let bytes = share(out.total_bytes(), err.total_bytes(), limit as u64);
+    let line_shares = share(out.total_lines(), err.total_lines(), lines);
+    let o = out.finish_within(to_usize(bytes.0), line_shares.0, hint);
+    let e = err.finish_within(to_usize(bytes.1), line_shares.1, hint);
+    let cut = o.truncated() || e.truncated();
+    (o.text, e.text, cut)
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+/// Split `budget` between two streams of sizes `a` and `b`: each keeps what it has up to half,
+/// and the rest goes to the other.
+fn share(a: u64, b: u64, budget: u64) -> (u64, u64) {
+    let half = budget / 2;
+    let other_half = budget - half;
+    let a_share = if b <= other_half {
+        budget - b
+    } else if a <= half {
+        a
+    } else {
+        half
+    };
+    let b_share = if a <= half {
+        budget - a
+    } else if b <= other_half {
+        b
+    } else {
+        other_half
+    };
+    (a_share, b_share)
 }
 
 /// The full output: kept in memory while it fits the limit, then streamed to a file.
@@ -734,6 +1054,36 @@ impl Spill {
             file.write_all(b"\n[toolyard: the output beyond this point was not saved]\n")?;
         }
         Ok(())
+    }
+
+    /// The file to go on writing the whole output to, for a command that keeps running past
+    /// the call: the spill file, made now if the output still fitted in memory.
+    fn into_log(self) -> Option<(PathBuf, File)> {
+        match self {
+            Spill::Pending {
+                path,
+                limits,
+                buffered,
+            } => {
+                if let Some(dir) = path.parent() {
+                    prune_spills(dir, &limits, SystemTime::now());
+                }
+                let made = create_spill(&path).and_then(|mut file| {
+                    file.write_all(&buffered)?;
+                    Ok(file)
+                });
+                match made {
+                    Ok(file) => Some((path, file)),
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot write the output file");
+                        let _ = std::fs::remove_file(&path);
+                        None
+                    }
+                }
+            }
+            Spill::Writing { path, file, .. } => Some((path, file)),
+            Spill::Off | Spill::Failed => None,
+        }
     }
 
     /// The spill file, when the output outgrew memory and was saved whole (or up to its cap).

@@ -27,6 +27,6 @@ pub mod protect;
 pub mod sandbox;
 mod tree;
 
-pub use env::{EnvPolicy, ExecConfig, hide_secrets_from_proc};
-pub use exec::{ExecOutcome, ExecProgress, ExecRequest, run};
+pub use env::{EnvPolicy, ExecConfig, Terminal, hide_secrets_from_proc};
+pub use exec::{ExecOutcome, ExecProgress, ExecRequest, Ran, Running, Streams, run, run_or_answer};
 pub use tree::{FORCE_MECHANISM_ENV, tree_kill_mechanism};

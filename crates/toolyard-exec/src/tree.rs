@@ -143,6 +143,19 @@ pub(crate) struct Tree {
 }
 
 impl Tree {
+    /// Ask every process of the tree to end (SIGTERM), so it can clean up (remove its lock
+    /// files) before [`Tree::kill`].
+    pub(crate) fn terminate(&self) {
+        match &self.leaf {
+            // The cgroup holds the processes that left the group too.
+            Some(leaf) => leaf.signal(libc::SIGTERM),
+            // SAFETY: killpg only sends a signal; pgid is the group our child leads.
+            None => unsafe {
+                libc::killpg(self.pgid, libc::SIGTERM);
+            },
+        }
+    }
+
     /// Kill every process of the tree (idempotent).
     pub(crate) fn kill(&self) {
         if let Some(leaf) = &self.leaf {
@@ -304,8 +317,8 @@ pub(crate) struct NsCommand<'a> {
     pub(crate) env: &'a [CString],
     /// Its working directory.
     pub(crate) cwd: &'a CStr,
-    /// Descriptors to give it as stdin/stdout/stderr (a pty, an input pipe) instead of
-    /// /dev/null and fresh output pipes; the caller keeps (and closes) its own copies.
+    /// Descriptors to give it as stdin/stdout/stderr (pipes, a pty) instead of /dev/null for
+    /// all three; the caller keeps (and closes) its own copies.
     pub(crate) stdio: Option<NsStdio>,
     /// The init dies (and the whole tree with it) when the thread that spawned it exits:
     /// for processes that outlive the call that started them.
@@ -322,14 +335,11 @@ pub(crate) struct NsStdio {
     pub(crate) controlling_tty: bool,
 }
 
-/// A command just started in its own PID namespace, with the read ends of its output pipes.
+/// A command just started in its own PID namespace.
 pub(crate) struct NsSpawned {
     pub(crate) child: NsChild,
     /// Becomes readable when the init (and so the whole namespace) is gone.
     pub(crate) pidfd: OwnedFd,
-    /// The output pipes (none when the caller gave its own descriptors).
-    pub(crate) stdout: Option<OwnedFd>,
-    pub(crate) stderr: Option<OwnedFd>,
 }
 
 /// The init of a command's PID namespace, as seen from the runner.
@@ -353,6 +363,21 @@ unsafe impl Sync for SpawnStack {}
 const SPAWN_STACK: usize = 64 * 1024;
 static SPAWN_STACK_MEM: SpawnStack = SpawnStack(std::cell::UnsafeCell::new([0; SPAWN_STACK]));
 
+/// The signal that asks a namespace's init to send SIGTERM to every process of its namespace:
+/// a real-time one nothing else sends it, so a SIGTERM sent to the command's group (which holds
+/// the init) is not passed on a second time.
+pub(crate) fn term_request() -> libc::c_int {
+    libc::SIGRTMIN()
+}
+
+/// The init's handler of [`term_request`]: SIGTERM to every other process of the namespace.
+extern "C" fn forward_term(_sig: libc::c_int) {
+    // SAFETY: kill is async-signal-safe; -1 in a PID namespace's init means all but itself.
+    unsafe {
+        libc::kill(-1, libc::SIGTERM);
+    }
+}
+
 /// Report kinds written by the init.
 const REPORT_STATUS: i32 = 0;
 const REPORT_ERRNO: i32 = 1;
@@ -373,6 +398,8 @@ struct InitContext<'a> {
     layer: libc::c_int,
     controlling_tty: bool,
     die_with_parent: bool,
+    /// [`term_request`], computed before the clone.
+    term_request: libc::c_int,
 }
 
 /// `struct clone_args` of `clone3(2)` (the first, version 0 fields).
@@ -401,8 +428,8 @@ fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Start `cmd` as PID 2 of a new PID namespace (in a new user namespace too when `user_ns`),
-/// under an init of our own as PID 1, in a process group of its own, stdin from /dev/null and
-/// stdout/stderr into fresh pipes.
+/// under an init of our own as PID 1, in a process group of its own, with the given standard
+/// descriptors (or /dev/null).
 ///
 /// One `clone3(CLONE_NEWPID | CLONE_PIDFD)` makes the init directly (no shim outside the
 /// namespace); the init starts the command with a vfork-style clone (no copy of the address
@@ -425,22 +452,18 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
         .collect();
     // SAFETY: open of a constant path; the descriptor is then owned.
     let devnull = unsafe {
-        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         OwnedFd::from_raw_fd(fd)
     };
-    let pipes = match cmd.stdio {
-        Some(_) => None,
-        None => Some((pipe(libc::O_CLOEXEC)?, pipe(libc::O_CLOEXEC)?)),
-    };
-    let (stdin, stdout, stderr) = match (&cmd.stdio, &pipes) {
-        (Some(s), _) => (s.stdin, s.stdout, s.stderr),
-        (None, Some(((_, out_w), (_, err_w)))) => {
-            (devnull.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd())
+    let (stdin, stdout, stderr) = match &cmd.stdio {
+        Some(s) => (s.stdin, s.stdout, s.stderr),
+        None => {
+            let null = devnull.as_raw_fd();
+            (null, null, null)
         }
-        (None, None) => return Err(io::Error::other("no output pipes")),
     };
     let (report_r, report_w) = pipe(libc::O_CLOEXEC | libc::O_NONBLOCK)?;
     let id_maps = user_ns.then(IdMaps::current);
@@ -465,6 +488,7 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
         layer: crate::sandbox::command_layer_fd(),
         controlling_tty: cmd.stdio.is_some_and(|s| s.controlling_tty),
         die_with_parent: cmd.die_with_parent,
+        term_request: term_request(),
     };
     let mut pidfd: libc::c_int = -1;
     let mut flags = (libc::CLONE_NEWPID | libc::CLONE_PIDFD) as u64;
@@ -496,10 +520,6 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
     }
     // SAFETY: the kernel stored a new pidfd for the child.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    let (stdout, stderr) = match pipes {
-        Some(((out_r, _), (err_r, _))) => (Some(out_r), Some(err_r)),
-        None => (None, None),
-    };
     Ok(NsSpawned {
         child: NsChild {
             pid: pid as libc::pid_t,
@@ -507,8 +527,6 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
             reaped: false,
         },
         pidfd,
-        stdout,
-        stderr,
     })
 }
 
@@ -521,6 +539,19 @@ impl NsChild {
     /// Whether the init was reaped (its pid may then belong to another process).
     pub(crate) fn reaped(&self) -> bool {
         self.reaped
+    }
+
+    /// Ask every process of the namespace to end: the init, on [`term_request`], sends SIGTERM
+    /// to all of them (an init ignores SIGTERM itself, and a signal to the command's group
+    /// would miss what left it).
+    pub(crate) fn terminate(&self) {
+        if self.reaped {
+            return;
+        }
+        // SAFETY: only a signal; the pid cannot be reused before we reap it.
+        unsafe {
+            libc::kill(self.pid, term_request());
+        }
     }
 
     /// Kill the whole tree (the init, and with it the namespace). Idempotent.
@@ -685,6 +716,12 @@ unsafe fn namespace_init(ctx: &InitContext<'_>) -> ! {
         if sh < 0 {
             init_fail(ctx);
         }
+        // Installed once the command has exec'ed (the clone waits for that), so the command
+        // starts with default handlers.
+        libc::signal(
+            ctx.term_request,
+            forward_term as *const () as libc::sighandler_t,
+        );
         // Hold no pipe open (stdio, the runner's descriptors), so readers see EOF when the
         // command's processes are gone.
         close_all_but(0, ctx.report);
@@ -745,6 +782,26 @@ impl CgroupLeaf {
         let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
             .map_err(io::Error::other)?;
         Ok(Self { dir, procs })
+    }
+
+    /// Send `sig` to every process of the cgroup.
+    fn signal(&self, sig: libc::c_int) {
+        let procs = match std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(cgroup = %self.dir.display(), error = %e, "cannot list the command's processes");
+                return;
+            }
+        };
+        for pid in procs
+            .lines()
+            .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
+        {
+            // SAFETY: only a signal, to a process of the command's cgroup.
+            unsafe {
+                libc::kill(pid, sig);
+            }
+        }
     }
 
     fn kill(&self) {

@@ -6,8 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use toolyard_exec::exec::SpillLimits;
-use toolyard_exec::{EnvPolicy, ExecConfig, ExecOutcome, ExecRequest, run, tree_kill_mechanism};
+use toolyard_exec::background::{Ended, ProcessTable, ProcessesConfig};
+use toolyard_exec::exec::{SpillLimits, TERM_GRACE, TimeoutStop};
+use toolyard_exec::{
+    EnvPolicy, ExecConfig, ExecOutcome, ExecRequest, Ran, Streams, run, run_or_answer,
+    tree_kill_mechanism,
+};
 
 /// A number no other test (or test run) uses, to find "our" sleep in /proc.
 fn unique_token() -> String {
@@ -63,9 +67,29 @@ async fn run_bounded(req: ExecRequest) -> ExecOutcome {
 }
 
 #[tokio::test]
-async fn exit_code_stdout_and_stderr_are_reported() {
+async fn output_comes_as_one_stream_in_the_order_it_was_written() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run_bounded(request(dir.path(), "echo out; echo err >&2; exit 3")).await;
+    let out = run_bounded(request(
+        dir.path(),
+        "for i in 1 2 3; do echo out$i; echo err$i >&2; done; exit 3",
+    ))
+    .await;
+    assert!(out.merged);
+    assert_eq!(out.stdout, "out1\nerr1\nout2\nerr2\nout3\nerr3\n");
+    assert_eq!(out.stderr, "");
+    assert_eq!(out.output_bytes(), 30);
+    assert_eq!(
+        out.model_text(),
+        "exit code: 3\nout1\nerr1\nout2\nerr2\nout3\nerr3\n"
+    );
+}
+
+#[tokio::test]
+async fn exit_code_stdout_and_stderr_are_reported_apart_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut req = request(dir.path(), "echo out; echo err >&2; exit 3");
+    req.streams = Streams::Separate;
+    let out = run_bounded(req).await;
     assert_eq!(out.exit_code, Some(3));
     assert_eq!(out.signal, None);
     assert_eq!(out.stdout, "out\n");
@@ -259,6 +283,7 @@ async fn huge_output_keeps_head_and_tail_and_spills_everything() {
         "echo HEAD-MARK; yes 0123456789abcdefghi | head -n 1000000; echo TAIL-MARK; echo ERR-MARK >&2",
     );
     req.max_output_bytes = 10_000;
+    req.streams = Streams::Separate;
     req.spill_dir = Some(spill.path().to_path_buf());
     req.call_id = "call/7".into();
     let out = run_bounded(req).await;
@@ -271,8 +296,16 @@ async fn huge_output_keeps_head_and_tail_and_spills_everything() {
     );
     assert!(out.stdout.ends_with("0123456789abcdefghi\nTAIL-MARK\n"));
     assert!(out.stdout.contains("cut from the middle"));
+    // 10,000 bytes show at most 333 lines; stderr printed one: stdout gets all the others,
+    // not half of them.
+    let shown = out
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with("[... "))
+        .count();
+    assert_eq!(shown, 333 - 1, "{}", out.stdout);
     assert!(
-        out.stdout.len() <= 5_000 + 300,
+        out.stdout.len() <= 10_000,
         "stdout is {} bytes",
         out.stdout.len()
     );
@@ -290,6 +323,37 @@ async fn huge_output_keeps_head_and_tail_and_spills_everything() {
         out.model_text()
             .contains(&format!("full output in {}", path.display()))
     );
+}
+
+#[tokio::test]
+async fn long_output_uses_the_whole_byte_and_line_budget_and_says_where_the_rest_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let spill = tempfile::tempdir().unwrap();
+    let mut req = request(dir.path(), "seq 1 100000");
+    req.spill_dir = Some(spill.path().to_path_buf());
+    let out = run_bounded(req).await;
+    // The default budget: 30,000 bytes and 1,000 lines; these short lines hit the line limit.
+    assert_eq!(req_default_limit(), 30_000);
+    let text = out.model_text();
+    let shown: Vec<&str> = out.stdout.lines().collect();
+    let numbers: Vec<u32> = shown.iter().filter_map(|l| l.parse().ok()).collect();
+    assert_eq!(numbers.len(), 1_000, "{text}");
+    let expected: Vec<u32> = (1..=500).chain(99_501..=100_000).collect();
+    assert_eq!(numbers, expected);
+    let path = out.full_output.clone().expect("spill file");
+    assert!(
+        text.contains(&format!(
+            "[... 584002 bytes (99000 lines) cut from the middle of 588895 bytes; full output in {} ...]",
+            path.display()
+        )),
+        "{text}"
+    );
+    let full = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(full.lines().count(), 100_000);
+}
+
+fn req_default_limit() -> usize {
+    ExecRequest::new("true", "/").max_output_bytes
 }
 
 #[tokio::test]
@@ -415,6 +479,7 @@ async fn environment_is_scrubbed_and_set_by_policy() {
         scrub: Some(vec!["HOM?".into(), "*_TOKEN".into()]),
         keep: vec![],
         set: [("EXTRA".to_string(), "yes".to_string())].into(),
+        ..ExecConfig::default()
     });
     let out = run_bounded(req).await;
     assert_eq!(out.stdout, "[][yes][]\n");
@@ -441,5 +506,261 @@ fn root_gets_a_pid_namespace_per_command() {
         && std::env::var_os(toolyard_exec::FORCE_MECHANISM_ENV).is_none()
     {
         assert_eq!(tree_kill_mechanism(), "pid-namespace");
+    }
+}
+
+/// A command whose trap on SIGTERM leaves a file behind, with a short time limit.
+fn trapping(dir: &Path) -> ExecRequest {
+    let mut req = request(
+        dir,
+        "trap 'echo cleaned > cleaned.txt; exit 0' TERM; echo waiting; sleep 100",
+    );
+    req.timeout = Duration::from_millis(500);
+    req
+}
+
+#[tokio::test]
+async fn a_timeout_sends_sigterm_first_so_a_trap_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_bounded(trapping(dir.path())).await;
+    assert!(out.timed_out, "{}", out.model_text());
+    assert_eq!(
+        out.timeout_stop,
+        Some(TimeoutStop {
+            after_ms: 500,
+            killed: false
+        })
+    );
+    // The trap ran and ended the shell itself.
+    assert_eq!(out.exit_code, Some(0), "{}", out.model_text());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("cleaned.txt")).unwrap(),
+        "cleaned\n"
+    );
+    assert!(
+        out.model_text().starts_with(
+            "timed out after 500 ms: sent SIGTERM, the command exited within the 2 s grace period\nwaiting\n"
+        ),
+        "{}",
+        out.model_text()
+    );
+}
+
+#[tokio::test]
+async fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = unique_token();
+    let mut req = request(
+        dir.path(),
+        &format!("trap '' TERM; echo stubborn; sleep {token}"),
+    );
+    req.timeout = Duration::from_millis(300);
+    let out = run_bounded(req).await;
+    assert_eq!(
+        out.timeout_stop,
+        Some(TimeoutStop {
+            after_ms: 300,
+            killed: true
+        })
+    );
+    assert!(
+        out.model_text().starts_with(
+            "timed out after 300 ms: sent SIGTERM, then SIGKILL 2 s later; the command and all its processes were killed\nstubborn\n"
+        ),
+        "{}",
+        out.model_text()
+    );
+    assert!(out.duration_ms >= 300 + TERM_GRACE.as_millis() as u64);
+    assert_eq!(survivors_after_grace(&token), Vec::<u32>::new());
+}
+
+/// Set in the environment of the copies of this test binary that
+/// `every_tree_kill_mechanism_sends_sigterm_then_sigkill` starts.
+const CHILD_ENV: &str = "TOOLYARD_EXEC_TEST_CHILD";
+
+/// Run in a copy of this binary with one mechanism forced: the trap and the TERM-ignoring
+/// command, printing `mechanism=NAME ok` when both behaved.
+#[tokio::test]
+async fn sigterm_then_sigkill_under_the_forced_mechanism() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        println!(
+            "(a helper: runs only as a child of every_tree_kill_mechanism_sends_sigterm_then_sigkill)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_bounded(trapping(dir.path())).await;
+    assert_eq!(out.exit_code, Some(0), "{}", out.model_text());
+    assert!(out.timeout_stop.is_some_and(|s| !s.killed));
+    assert!(dir.path().join("cleaned.txt").exists());
+    let token = unique_token();
+    let mut req = request(dir.path(), &format!("trap '' TERM; sleep {token}"));
+    req.timeout = Duration::from_millis(300);
+    let out = run_bounded(req).await;
+    assert!(out.timeout_stop.is_some_and(|s| s.killed), "{out:?}");
+    assert_eq!(survivors_after_grace(&token), Vec::<u32>::new());
+    println!("mechanism={} ok", tree_kill_mechanism());
+}
+
+#[test]
+fn every_tree_kill_mechanism_sends_sigterm_then_sigkill() {
+    let exe = std::env::current_exe().unwrap();
+    for mechanism in [
+        "pid-namespace",
+        "user+pid-namespace",
+        "cgroup-v2",
+        "process-group",
+    ] {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "sigterm_then_sigkill_under_the_forced_mechanism",
+                "--nocapture",
+            ])
+            .env(CHILD_ENV, "1")
+            .env(toolyard_exec::FORCE_MECHANISM_ENV, mechanism)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{mechanism}: {text}");
+        if text.contains(&format!("mechanism={mechanism} ok")) {
+            continue;
+        }
+        // Forced but unavailable here: the child fell back to the process group (and passed).
+        assert!(text.contains("mechanism=process-group ok"), "{text}");
+        println!("({mechanism} is not available here: checked the process group in its place)");
+    }
+}
+
+/// Wait (bounded) until `proc` has ended, collecting what it prints.
+async fn drain(proc: &toolyard_exec::background::BgProcess) -> (Vec<u8>, Ended) {
+    let mut bytes = Vec::new();
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        proc.wait_output(
+            Duration::from_millis(500),
+            Duration::from_millis(50),
+            &|_| {},
+        )
+        .await;
+        let taken = proc.take();
+        bytes.extend_from_slice(&taken.bytes);
+        if let Some(ended) = taken.ended {
+            return (bytes, ended);
+        }
+        assert!(Instant::now() < until, "the process never ended");
+    }
+}
+
+/// Whether commands here run in a PID namespace, which handing a command over needs.
+fn can_hand_over() -> bool {
+    let ns = tree_kill_mechanism().contains("pid-namespace");
+    if !ns {
+        println!(
+            "(no PID namespace here ({}): commands run to their end instead)",
+            tree_kill_mechanism()
+        );
+    }
+    ns
+}
+
+#[tokio::test]
+async fn a_command_still_running_at_answer_after_goes_on_as_a_background_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let spill = tempfile::tempdir().unwrap();
+    let mut req = request(
+        dir.path(),
+        "echo early; echo to-stderr >&2; sleep 1; echo late; exit 4",
+    );
+    req.answer_after = Some(Duration::from_millis(300));
+    req.spill_dir = Some(spill.path().to_path_buf());
+    req.call_id = "c1".into();
+    let ran = tokio::time::timeout(Duration::from_secs(60), run_or_answer(req))
+        .await
+        .unwrap()
+        .unwrap();
+    if !can_hand_over() {
+        assert!(matches!(ran, Ran::Finished(o) if o.exit_code == Some(4)));
+        return;
+    }
+    let Ran::Running(running) = ran else {
+        panic!("not handed back: {ran:?}");
+    };
+    assert_eq!(running.so_far.stdout, "early\nto-stderr\n");
+    assert_eq!(running.so_far.exit_code, None);
+    let log = running.log.clone().expect("an output file");
+    assert_eq!(log, spill.path().join("c1.log"));
+    assert!(running.time_left <= Duration::from_secs(60));
+    let table = ProcessTable::new("t", 1, ProcessesConfig::default());
+    let ended_flag = Arc::new(AtomicUsize::new(0));
+    let seen = ended_flag.clone();
+    let proc = table
+        .adopt(
+            *running,
+            "s1",
+            "the command",
+            Some(Box::new(move || {
+                seen.fetch_add(1, Ordering::SeqCst);
+            })),
+        )
+        .unwrap();
+    assert_eq!(proc.id, "t-1");
+    let (bytes, ended) = drain(&proc).await;
+    assert_eq!(bytes, b"late\n");
+    assert_eq!(ended.exit_code, Some(4));
+    assert!(!ended.timed_out);
+    assert_eq!(ended_flag.load(Ordering::SeqCst), 1);
+    // The file holds all of it, from before and after the hand-over.
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "early\nto-stderr\nlate\n"
+    );
+}
+
+#[tokio::test]
+async fn a_command_handed_back_still_gets_its_time_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut req = request(
+        dir.path(),
+        "trap 'echo bye; exit 0' TERM; echo early; sleep 100",
+    );
+    req.answer_after = Some(Duration::from_millis(200));
+    req.timeout = Duration::from_millis(1200);
+    let ran = tokio::time::timeout(Duration::from_secs(60), run_or_answer(req))
+        .await
+        .unwrap()
+        .unwrap();
+    if !can_hand_over() {
+        assert!(matches!(ran, Ran::Finished(o) if o.timed_out));
+        return;
+    }
+    let Ran::Running(running) = ran else {
+        panic!("not handed back: {ran:?}");
+    };
+    let table = ProcessTable::new("t", 1, ProcessesConfig::default());
+    let proc = table.adopt(*running, "s1", "cmd", None).unwrap();
+    let (bytes, ended) = drain(&proc).await;
+    assert!(String::from_utf8_lossy(&bytes).contains("bye"));
+    assert!(ended.timed_out && !ended.escalated, "{ended:?}");
+    assert_eq!(ended.exit_code, Some(0));
+    assert!(
+        ended.describe().starts_with("timed out: sent SIGTERM"),
+        "{}",
+        ended.describe()
+    );
+}
+
+#[tokio::test]
+async fn a_command_that_ends_before_answer_after_is_answered_as_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut req = request(dir.path(), "echo quick");
+    req.answer_after = Some(Duration::from_secs(30));
+    match run_or_answer(req).await.unwrap() {
+        Ran::Finished(o) => assert_eq!(o.stdout, "quick\n"),
+        Ran::Running(r) => panic!("handed back: {r:?}"),
     }
 }

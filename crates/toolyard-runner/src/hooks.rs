@@ -519,6 +519,7 @@ impl Hooks {
             scrub: Some(Vec::new()),
             keep: Vec::new(),
             set,
+            ..ExecConfig::default()
         });
         let req = Run {
             command: hook.command.clone(),
@@ -1032,6 +1033,7 @@ impl Repo {
             ),
             keep: Vec::new(),
             set: BTreeMap::from([("GIT_TERMINAL_PROMPT".to_string(), "0".to_string())]),
+            ..ExecConfig::default()
         });
         let step = args.first().copied().unwrap_or("git");
         let req = Run {
@@ -1132,6 +1134,8 @@ struct Run<'a> {
 /// (or on cancel) its whole process tree is killed, `setsid` descendants included.
 async fn run_process(run: Run<'_>) -> Result<ProcOutput, ToolError> {
     let mut req = ExecRequest::new(run.command, run.cwd);
+    // A hook's stdout is its answer (JSON), its stderr the message: apart.
+    req.streams = toolyard_exec::Streams::Separate;
     req.timeout = run.timeout;
     req.env = run.env;
     req.max_output_bytes = 2 * CAPTURE_LIMIT;

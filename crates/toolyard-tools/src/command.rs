@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -16,7 +17,7 @@ use toolyard_core::{
 use toolyard_exec::policy::{CommandPolicy, Decision, PolicyConfig};
 use toolyard_exec::protect::Protected;
 use toolyard_exec::sandbox::SandboxConfig;
-use toolyard_exec::{EnvPolicy, ExecConfig, ExecOutcome, ExecRequest};
+use toolyard_exec::{EnvPolicy, ExecConfig, ExecOutcome, ExecRequest, Ran, Streams};
 
 use crate::ToolEnv;
 
@@ -66,6 +67,8 @@ pub struct ProjectCommandArgs {
     pub timeout_ms: Option<u64>,
 }
 
+pub use toolyard_exec::env::ANSWER_AFTER_ENV;
+
 /// Refuse `command` if `policy` blocks it, naming the rule and why.
 pub fn check_policy(policy: &CommandPolicy, command: &str) -> Result<(), ToolError> {
     match policy.check(command) {
@@ -85,6 +88,17 @@ pub struct CommandEnv {
     project: ProjectConfig,
     /// The paths through which code runs outside the sandbox, checked around every command.
     pub(crate) protected: Protected,
+    /// A foreground command still running after this long is answered with its process id
+    /// and goes on as a background process (`[exec] answer_after_ms`; `None`: never).
+    answer_after: Option<Duration>,
+}
+
+/// How a command run by [`CommandEnv::execute`] came back.
+enum Executed {
+    /// It ended.
+    Finished(ExecOutcome),
+    /// Still running past `answer_after`: now this background process, with its output so far.
+    Running(Arc<toolyard_exec::background::BgProcess>, Box<ExecOutcome>),
 }
 
 impl CommandEnv {
@@ -109,12 +123,23 @@ impl CommandEnv {
         );
         let policy = CommandPolicy::new(&policy_config)
             .map_err(|e| ToolError::InvalidArguments(format!("catalog [policy]: {e}")))?;
+        let answer_after_ms = match std::env::var(ANSWER_AFTER_ENV) {
+            Ok(v) => v.trim().parse::<u64>().map_err(|_| {
+                ToolError::InvalidArguments(format!(
+                    "{ANSWER_AFTER_ENV}={v:?} is not a number of milliseconds"
+                ))
+            })?,
+            Err(_) => exec_config
+                .answer_after_ms
+                .unwrap_or(toolyard_exec::env::DEFAULT_ANSWER_AFTER_MS),
+        };
         Ok(Self {
             env,
             policy,
             env_policy: EnvPolicy::from_config(&exec_config),
             project,
             protected,
+            answer_after: (answer_after_ms > 0).then(|| Duration::from_millis(answer_after_ms)),
         })
     }
 
@@ -133,7 +158,7 @@ impl CommandEnv {
     }
 
     /// [`CommandEnv::run`], returning the command's outcome itself (for dialects that shape
-    /// their own results).
+    /// their own results): the output as one stream in arrival order.
     pub async fn run_outcome(
         &self,
         ctx: &ToolContext,
@@ -141,17 +166,105 @@ impl CommandEnv {
         cwd: Option<&str>,
         timeout_ms: Option<u64>,
     ) -> Result<ExecOutcome, ToolError> {
+        self.finished(ctx, command, cwd, timeout_ms, Streams::Merged)
+            .await
+    }
+
+    /// [`CommandEnv::run_outcome`] with stdout and stderr apart, for results that name them.
+    pub async fn run_outcome_apart(
+        &self,
+        ctx: &ToolContext,
+        command: &str,
+        cwd: Option<&str>,
+        timeout_ms: Option<u64>,
+    ) -> Result<ExecOutcome, ToolError> {
+        self.finished(ctx, command, cwd, timeout_ms, Streams::Separate)
+            .await
+    }
+
+    async fn finished(
+        &self,
+        ctx: &ToolContext,
+        command: &str,
+        cwd: Option<&str>,
+        timeout_ms: Option<u64>,
+        streams: Streams,
+    ) -> Result<ExecOutcome, ToolError> {
+        match self
+            .execute(ctx, command, cwd, timeout_ms, streams, false)
+            .await?
+        {
+            Executed::Finished(outcome) => Ok(outcome),
+            Executed::Running(..) => Err(ToolError::Io(
+                "internal: a command was handed back running without being asked to".into(),
+            )),
+        }
+    }
+
+    /// Run a foreground command of the process-aware tools (`run_command`, `build`, ...):
+    /// still running after `[exec] answer_after_ms`, it is answered with its process id and
+    /// output so far, and goes on as a background process read with `process_output`.
+    pub(crate) async fn run_answering(
+        &self,
+        ctx: &ToolContext,
+        command: &str,
+        cwd: Option<&str>,
+        ran: Option<&RanWhy>,
+    ) -> Result<ToolResult, ToolError> {
+        let mut result = match self
+            .execute(ctx, command, cwd, None, Streams::Merged, true)
+            .await?
+        {
+            Executed::Finished(outcome) => {
+                let mut r = command_result(&outcome);
+                if let Some((hidden, note)) = pipeline_note(command, &outcome) {
+                    push_line(&mut r.output, &note);
+                    if let Some(d) = r.data.as_mut() {
+                        d["pipeline_hides_failure"] = json!(hidden);
+                    }
+                }
+                r
+            }
+            Executed::Running(proc, so_far) => running_result(&proc, &so_far, ctx.timeout),
+        };
+        if let Some(ran) = ran {
+            result.output = format!("{}\n{}", ran.line(), result.output);
+            if let Some(d) = result.data.as_mut() {
+                d["ran"] = ran.data();
+            }
+        }
+        Ok(result)
+    }
+
+    /// Check, run, and restore the protected paths once the command (with its whole process
+    /// tree) has ended; with `answer`, a command still running after `answer_after` is handed
+    /// to this session's processes instead, which restore them when it ends.
+    async fn execute(
+        &self,
+        ctx: &ToolContext,
+        command: &str,
+        cwd: Option<&str>,
+        timeout_ms: Option<u64>,
+        streams: Streams,
+        answer: bool,
+    ) -> Result<Executed, ToolError> {
         let dir = self.admit(ctx, command, cwd)?;
         let mut req = ExecRequest::new(command, dir);
         // The dispatcher's layer decided the call's limit (`time_limit`); nothing is clamped here.
-        req.timeout = timeout_ms
-            .map(std::time::Duration::from_millis)
-            .unwrap_or(ctx.timeout);
+        req.timeout = timeout_ms.map(Duration::from_millis).unwrap_or(ctx.timeout);
         req.max_output_bytes = ctx.max_output_bytes;
+        req.streams = streams;
         req.env = self.env_policy.clone();
         req.spill_dir = Some(self.env.state.outputs_dir());
         req.call_id = sanitize(&ctx.call_id);
         req.cancel = ctx.cancel.clone();
+        // A session at its limit of processes keeps waiting, as before.
+        if answer
+            && self.answer_after.is_some()
+            && crate::process::table(self).has_room(&ctx.session_id)
+        {
+            req.answer_after = self.answer_after;
+        }
         let progress = ctx.progress.clone();
         req.on_progress = Some(Arc::new(move |p: toolyard_exec::ExecProgress| {
             progress(Progress {
@@ -170,26 +283,48 @@ impl CommandEnv {
         let before = tokio::task::spawn_blocking(move || protected.snapshot())
             .await
             .map_err(|e| ToolError::Io(format!("checking the protected paths: {e}")))?;
-        let result = toolyard_exec::run(req).await;
+        let result = toolyard_exec::run_or_answer(req).await;
         let quarantine = self.env.state.quarantine_dir();
+        let finished = match result {
+            Ok(Ran::Running(running)) => {
+                let on_end: Box<dyn FnOnce() + Send> = Box::new(move || {
+                    let undone = before.restore(&quarantine);
+                    if !undone.is_empty() {
+                        tracing::warn!(
+                            changes = undone.len(),
+                            "a command answered while running changed protected paths; undone"
+                        );
+                    }
+                });
+                let so_far = Box::new(running.so_far.clone());
+                let proc = crate::process::table(self).adopt(
+                    *running,
+                    &ctx.session_id,
+                    command,
+                    Some(on_end),
+                )?;
+                return Ok(Executed::Running(proc, so_far));
+            }
+            Ok(Ran::Finished(outcome)) => Ok(outcome),
+            Err(e) => Err(e),
+        };
         let undone = tokio::task::spawn_blocking(move || before.restore(&quarantine))
             .await
             .map_err(|e| ToolError::Io(format!("restoring the protected paths: {e}")))?;
-        let mut outcome = result?;
+        let mut outcome = finished?;
         if !undone.is_empty() {
             tracing::warn!(
                 changes = undone.len(),
                 "a command changed protected paths; undone"
             );
-            if !outcome.stderr.is_empty() && !outcome.stderr.ends_with('\n') {
-                outcome.stderr.push('\n');
-            }
-            outcome
-                .stderr
-                .push_str(&toolyard_exec::protect::describe(&undone));
-            outcome.stderr.push('\n');
+            let stream = if outcome.merged {
+                &mut outcome.stdout
+            } else {
+                &mut outcome.stderr
+            };
+            push_line(stream, &toolyard_exec::protect::describe(&undone));
         }
-        Ok(outcome)
+        Ok(Executed::Finished(outcome))
     }
 
     /// Check `command` against the policy and resolve `cwd` (workspace-relative) to the
@@ -226,62 +361,225 @@ impl CommandEnv {
         Ok(ws.absolute(&dir))
     }
 
-    /// The command `tool` (build / test / validate) runs when the call names none.
-    fn project_command(&self, tool: &str) -> Result<String, ToolError> {
+    /// The command `tool` (build / test / validate) runs when the call names none, and why.
+    fn project_command(&self, tool: &str) -> Result<RanWhy, ToolError> {
         let configured = match tool {
             "build" => self.project.build.clone(),
             "test" => self.project.test.clone(),
             _ => self.project.validate.clone(),
         };
-        if let Some(c) = configured {
-            return Ok(c);
+        let lane = self.env.catalog.tool(tool).map(|t| t.lane.to_string());
+        if let Some(command) = configured {
+            return Ok(RanWhy {
+                command,
+                why: Why::Catalog(tool.to_string()),
+                lane,
+            });
         }
-        detect(self.env.workspace.root(), tool).ok_or_else(|| {
-            ToolError::InvalidArguments(format!(
+        match detect(self.env.workspace.root(), tool) {
+            Some((command, file)) => Ok(RanWhy {
+                command,
+                why: Why::Detected(file),
+                lane,
+            }),
+            None => Err(ToolError::InvalidArguments(format!(
                 "no {tool} command: pass `command`, or set `{tool} = \"...\"` in the [project] section of catalog.toml"
-            ))
-        })
+            ))),
+        }
     }
 }
 
-/// The usual command for `tool` in a project laid out like `root`.
-fn detect(root: &Path, tool: &str) -> Option<String> {
-    let has = |f: &str| root.join(f).exists();
-    let pick = |build: &str, test: &str| match tool {
-        "build" => Some(build.to_string()),
-        "test" => Some(test.to_string()),
-        _ => None,
-    };
-    if has("Cargo.toml") {
-        pick("cargo build", "cargo test")
-    } else if has("package.json") {
-        pick("npm run build", "npm test")
-    } else if has("go.mod") {
-        pick("go build ./...", "go test ./...")
-    } else if has("Makefile") {
-        pick("make", "make test")
-    } else if has("pyproject.toml") || has("setup.py") {
-        pick("python3 -m build", "python3 -m pytest")
-    } else {
-        None
+/// What a project tool ran, and why that command.
+pub(crate) struct RanWhy {
+    command: String,
+    why: Why,
+    /// The lane it ran in.
+    lane: Option<String>,
+}
+
+/// Where a project tool's command came from.
+enum Why {
+    /// The call's `command`.
+    Given,
+    /// `[project] TOOL` in the catalog.
+    Catalog(String),
+    /// Detected from this file of the workspace root.
+    Detected(&'static str),
+}
+
+impl RanWhy {
+    /// `ran: cargo test (detected from Cargo.toml), lane heavy`; a command the call gave is
+    /// not repeated (the model wrote it, and it may be long).
+    fn line(&self) -> String {
+        let what = match &self.why {
+            Why::Given => "the command given in the call".to_string(),
+            Why::Catalog(tool) => format!("{} ([project] {tool} in the catalog)", self.command),
+            Why::Detected(file) => format!("{} (detected from {file})", self.command),
+        };
+        match &self.lane {
+            Some(lane) => format!("ran: {what}, lane {lane}"),
+            None => format!("ran: {what}"),
+        }
     }
+
+    fn data(&self) -> serde_json::Value {
+        let (source, from) = match &self.why {
+            Why::Given => ("given", None),
+            Why::Catalog(_) => ("catalog", None),
+            Why::Detected(file) => ("detected", Some(*file)),
+        };
+        json!({"command": self.command, "source": source, "from": from, "lane": self.lane})
+    }
+}
+
+/// The usual command for `tool` in a project laid out like `root`, and the file that says so.
+fn detect(root: &Path, tool: &str) -> Option<(String, &'static str)> {
+    // The first of these files the root holds decides.
+    const PROJECTS: &[(&[&str], &str, &str)] = &[
+        (&["Cargo.toml"], "cargo build", "cargo test"),
+        (&["package.json"], "npm run build", "npm test"),
+        (&["go.mod"], "go build ./...", "go test ./..."),
+        (&["Makefile"], "make", "make test"),
+        (
+            &["pyproject.toml", "setup.py"],
+            "python3 -m build",
+            "python3 -m pytest",
+        ),
+    ];
+    let (file, build, test) = PROJECTS.iter().find_map(|(files, build, test)| {
+        files
+            .iter()
+            .find(|f| root.join(f).exists())
+            .map(|f| (*f, *build, *test))
+    })?;
+    match tool {
+        "build" => Some((build.to_string(), file)),
+        "test" => Some((test.to_string(), file)),
+        _ => None,
+    }
+}
+
+/// Append `line` to `text` on a line of its own.
+fn push_line(text: &mut String, line: &str) {
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(line);
+    text.push('\n');
+}
+
+/// Output lines that say a build or test run failed, whatever the exit status says.
+const FAILURE_SIGNS: &[&str] = &[
+    "error: could not compile",
+    "error[E",
+    "test result: FAILED",
+    "error: test failed",
+    "npm ERR!",
+    "npm error ",
+    "make: *** ",
+    "Traceback (most recent call last):",
+    "--- FAIL:",
+    "BUILD FAILED",
+    "[ERROR] BUILD FAILURE",
+    "FAILED ",
+];
+
+/// A pipeline whose exit status (its last command's: `tail` succeeds whatever it reads) hides
+/// a failure its output shows: the sign found, and a note saying so.
+fn pipeline_note(command: &str, o: &ExecOutcome) -> Option<(String, String)> {
+    if o.exit_code != Some(0) || !has_pipe(command) {
+        return None;
+    }
+    let sign = o.stdout.lines().chain(o.stderr.lines()).find_map(|l| {
+        FAILURE_SIGNS
+            .iter()
+            .find(|s| l.trim_start().starts_with(**s))
+    })?;
+    let note = format!(
+        "note: exit code 0 is only the status of the pipeline's last command; the output shows a failure (`{sign}`) that the pipe hid. Run it without the pipe (long output keeps its head and tail, and the full output is saved), or in bash with `set -o pipefail`."
+    );
+    Some((sign.to_string(), note))
+}
+
+/// Whether `command` pipes one command into another (`|`, not `||`), outside quotes.
+fn has_pipe(command: &str) -> bool {
+    let b = command.as_bytes();
+    let (mut single, mut double) = (false, false);
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' if !single => i += 1,
+            b'\'' if !double => single = !single,
+            b'"' if !single => double = !double,
+            b'|' if !single && !double => {
+                let doubled = b.get(i + 1) == Some(&b'|');
+                let after_pipe_or = i > 0 && b[i - 1] == b'|';
+                if !doubled && !after_pipe_or && b.get(i + 1) != Some(&b'&') {
+                    return true;
+                }
+                if doubled {
+                    i += 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
+/// The result of a foreground command answered while still running: its process id, its
+/// output so far, and how to go on.
+fn running_result(
+    proc: &toolyard_exec::background::BgProcess,
+    so_far: &ExecOutcome,
+    limit: Duration,
+) -> ToolResult {
+    let id = &proc.id;
+    let mut text = format!(
+        "still running after {} s, close to when clients give up on a call: it goes on as process {id}, and its time limit ({} ms from its start) still applies\n",
+        (so_far.duration_ms + 500) / 1000,
+        limit.as_millis()
+    );
+    text.push_str("--- output so far ---\n");
+    text.push_str(&so_far.output_text());
+    push_line(
+        &mut text,
+        &format!(
+            "read what it prints next with process_output {{\"process_id\": \"{id}\", \"wait_ms\": 30000}} (waits up to 30 s for more or its end); stop it with process_kill {{\"process_id\": \"{id}\"}}"
+        ),
+    );
+    ToolResult::ok(text).with_data(json!({
+        "process_id": id,
+        "running": true,
+        "output_bytes": so_far.output_bytes(),
+        "duration_ms": so_far.duration_ms,
+        "truncated": so_far.truncated,
+        "full_output": proc.log_path(),
+    }))
 }
 
 /// The ToolResult of a finished command: the text for the model (status, head and tail of each
 /// stream) in `output`, the outcome's metadata in `data` (not the streams again: a client shows
 /// the model both); a non-zero exit, a signal or a timeout is a failure.
 pub fn command_result(o: &ExecOutcome) -> ToolResult {
-    let data = json!({
+    let mut data = json!({
         "exit_code": o.exit_code,
         "signal": o.signal,
-        "stdout_bytes": o.stdout_bytes,
-        "stderr_bytes": o.stderr_bytes,
+        "output_bytes": o.output_bytes(),
         "timed_out": o.timed_out,
         "cancelled": o.cancelled,
         "truncated": o.truncated,
         "duration_ms": o.duration_ms,
         "full_output": o.full_output,
     });
+    if !o.merged {
+        data["stdout_bytes"] = json!(o.stdout_bytes);
+        data["stderr_bytes"] = json!(o.stderr_bytes);
+    }
+    if let Some(stop) = &o.timeout_stop {
+        data["timeout_signal"] = json!(stop.signal());
+    }
     let text = o.model_text();
     if o.success() {
         ToolResult::ok(text).with_data(data)
@@ -289,7 +587,10 @@ pub fn command_result(o: &ExecOutcome) -> ToolResult {
         let (kind, error) = if o.timed_out {
             (
                 "timeout",
-                format!("the command timed out after {} ms", o.duration_ms),
+                match &o.timeout_stop {
+                    Some(stop) => format!("the command {}", stop.describe()),
+                    None => format!("the command timed out after {} ms", o.duration_ms),
+                },
             )
         } else if o.cancelled {
             ("cancelled", "the command was cancelled".to_string())
@@ -362,7 +663,7 @@ impl TypedTool for RunCommand {
             return crate::process::run_started(&self.commands, ctx, args).await;
         }
         self.commands
-            .run(ctx, &args.command, args.cwd.as_deref(), None)
+            .run_answering(ctx, &args.command, args.cwd.as_deref(), None)
             .await
     }
 }
@@ -404,11 +705,22 @@ impl TypedTool for ProjectCommand {
         args: ProjectCommandArgs,
         ctx: &ToolContext,
     ) -> Result<ToolResult, ToolError> {
-        let command = match args.command {
-            Some(c) => c,
+        let ran = match args.command {
+            Some(command) => RanWhy {
+                command,
+                why: Why::Given,
+                lane: self
+                    .commands
+                    .env
+                    .catalog
+                    .tool(self.name)
+                    .map(|t| t.lane.to_string()),
+            },
             None => self.commands.project_command(self.name)?,
         };
-        self.commands.run(ctx, &command, None, None).await
+        self.commands
+            .run_answering(ctx, &ran.command, None, Some(&ran))
+            .await
     }
 }
 

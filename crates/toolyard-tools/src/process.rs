@@ -596,9 +596,14 @@ pub struct ShellTool {
     commands: Arc<CommandEnv>,
 }
 
+/// Whether the shell is bash (else sh).
+fn has_bash() -> bool {
+    std::path::Path::new("/bin/bash").exists()
+}
+
 /// The shell program: bash when present, else sh.
 fn shell_command() -> &'static str {
-    if std::path::Path::new("/bin/bash").exists() {
+    if has_bash() {
         // A handler (not an ignore, which children would inherit) keeps the shell alive when
         // an interrupt ends the command it runs.
         "exec /bin/bash --noprofile --norc"
@@ -701,8 +706,7 @@ async fn run_in_shell(
 ) -> Result<ToolResult, ToolError> {
     let _ = sh.take();
     let marker = format!("__TOOLYARD_DONE_{}__", uuid_like());
-    let script =
-        format!("{{ {command}\n}} </dev/null 2>&1\nprintf '\\n%s %d\\n' '{marker}' \"$?\"\n");
+    let script = shell_script(command, &marker, has_bash());
     sh.write(script.as_bytes()).await?;
     // The call's limit, decided by the dispatcher's layer (its `timeout_ms` included).
     let timeout = ctx.timeout;
@@ -773,7 +777,7 @@ async fn run_in_shell(
             "the shell exited; the next call starts a fresh one (cd, variables and functions are lost)"
         );
     }
-    if body.trim().is_empty() {
+    if body.trim_ascii().is_empty() {
         text.push_str("(no output)\n");
     } else {
         text.push_str(body.trim_start_matches('\n'));
@@ -811,6 +815,23 @@ async fn run_in_shell(
             images: Vec::new(),
         })
     }
+}
+
+/// What the shell is sent to run `command`, then print `marker` and its exit status.
+///
+/// The command reaches `eval` as one single-quoted word, whatever it holds: an unclosed quote,
+/// a stray `}` or `fi`, a here-document never ended is then the command's own syntax error,
+/// reported at once, instead of leaving the shell waiting for the rest (swallowing the marker,
+/// so the call would wait out its whole time limit) or ending it. sh (dash) leaves on a syntax
+/// error in `eval`, so without bash the syntax is checked first, by `sh -n` in a child.
+fn shell_script(command: &str, marker: &str, bash: bool) -> String {
+    let word = format!("'{}'", command.replace('\'', r"'\''"));
+    let check = if bash {
+        String::new()
+    } else {
+        format!("/bin/sh -n -c {word} && ")
+    };
+    format!("{{ {check}eval {word}\n}} </dev/null 2>&1\nprintf '\\n%s %d\\n' '{marker}' \"$?\"\n")
 }
 
 fn uuid_like() -> String {

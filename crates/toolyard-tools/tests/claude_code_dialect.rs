@@ -363,11 +363,11 @@ async fn bash_keeps_the_working_directory_of_its_session_between_calls() {
     // Output without a final newline keeps its exact bytes.
     let r = bash(&f, "s1", "printf 'no newline'").await;
     assert!(
-        ok(&r).ends_with("--- stdout ---\nno newline\n"),
+        ok(&r).ends_with("exit code: 0\nno newline\n"),
         "{:?}",
         r.output
     );
-    assert_eq!(r.data.as_ref().unwrap()["stdout_bytes"], 10);
+    assert_eq!(r.data.as_ref().unwrap()["output_bytes"], 10);
 }
 
 #[tokio::test]

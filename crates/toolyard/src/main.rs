@@ -512,6 +512,13 @@ pub(crate) fn workspace_root(given: Option<&Path>) -> Result<PathBuf> {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    if matches!(cli.command, Action::Call(_)) {
+        // A one-shot call has no client that gives up on it, and a command answered while
+        // running would end with this process: wait for every command (the session host it
+        // starts inherits this).
+        // SAFETY: no other thread exists yet (the runtime starts below).
+        unsafe { std::env::set_var(toolyard_tools::command::ANSWER_AFTER_ENV, "0") };
+    }
     if matches!(
         cli.command,
         Action::Serve(_) | Action::Call(_) | Action::SessionHost(_)

@@ -283,7 +283,7 @@ impl TypedTool for Bash {
             .max(std::time::Duration::from_secs(BASH_MAX_SECS));
         let o = self
             .commands
-            .run_outcome(&ctx, &args.command, args.cwd.as_deref(), Some(secs * 1000))
+            .run_outcome_apart(&ctx, &args.command, args.cwd.as_deref(), Some(secs * 1000))
             .await?;
         // Seed 003 reports the command's outcome as data, not as a tool error. The file with the
         // whole output is named where a model reading stderr will see it.
