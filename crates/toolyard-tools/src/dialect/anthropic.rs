@@ -20,7 +20,9 @@ use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
-use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
+use crate::files::{
+    apply_edit, commit_write, expect_for_write, lines_before, read_media, read_tracked,
+};
 
 /// Lines of context around an edit in the snippet shown after it (the reference's
 /// `SNIPPET_LINES`).
@@ -188,6 +190,11 @@ impl TypedTool for TextEditor {
         Some(self.version.api_type())
     }
 
+    // `view` of an image answers with the image, as every dialect's read does.
+    fn returns_images(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: TextEditorArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         match self.exec(args, ctx).await {
             Ok(r) => Ok(r),
@@ -325,6 +332,23 @@ impl TextEditor {
         shown: &str,
         ctx: &ToolContext,
     ) -> Result<ToolResult, Fail> {
+        // An image comes back as an image block, and a PDF as its text, as every dialect's
+        // read gives them; a notebook is JSON text, shown as it is so it can be edited.
+        if !args.path.to_ascii_lowercase().ends_with(".ipynb")
+            && let Some(media) = read_media(&self.env, ctx, &args.path, None)
+                .await
+                .map_err(|e| translate(e, shown, false))?
+        {
+            if args.view_range.is_some() {
+                return Err(said(
+                    "invalid_arguments",
+                    format!(
+                        "The `view_range` parameter applies to text files; {shown} is not one."
+                    ),
+                ));
+            }
+            return Ok(media);
+        }
         // A view counts as the read that allows a later edit.
         let (_, content) = read_tracked(&self.env, ctx, &args.path)
             .await

@@ -159,6 +159,10 @@ impl TypedTool for Read {
         Annotations::READ_ONLY
     }
 
+    fn returns_images(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: ReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         finish(self.exec(args, ctx).await)
     }
