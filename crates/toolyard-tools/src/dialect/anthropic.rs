@@ -592,7 +592,11 @@ impl TextEditor {
             ));
         };
         let others: Vec<&str> = undone[1..].iter().map(|o| o.path.as_str()).collect();
-        let also = if others.is_empty() {
+        let also = if out.already {
+            // Its content had changed back since (a formatter): nothing to write.
+            " The file already had its content from before that edit, so nothing was written."
+                .to_string()
+        } else if others.is_empty() {
             String::new()
         } else {
             format!(
