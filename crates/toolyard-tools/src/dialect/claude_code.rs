@@ -1242,7 +1242,12 @@ pub fn tools(
     if let Some(t) = engine(loopr, "write_file") {
         v.push(Arc::new(Typed(Write { write_file: t })));
     }
-    if let Some(t) = engine(loopr, "glob") {
+    // Glob and Grep: the engine's, their hints in Claude Code's parameter names.
+    {
+        let t: Arc<dyn Tool> = Arc::new(Typed(crate::search::GlobTool::speaking(
+            env.clone(),
+            crate::search::Vocab::CLAUDE_CODE_GLOB,
+        )));
         v.push(Arc::new(Typed(Adapter {
             name: "Glob",
             description: "Fast file pattern matching: finds files by glob (`**/*.js`, \
@@ -1254,7 +1259,11 @@ pub fn tools(
             after: same,
         })));
     }
-    if let Some(t) = engine(loopr, "grep") {
+    {
+        let t: Arc<dyn Tool> = Arc::new(Typed(crate::search::GrepTool::speaking(
+            env.clone(),
+            crate::search::Vocab::CLAUDE_CODE_GREP,
+        )));
         v.push(Arc::new(Typed(Adapter {
             name: "Grep",
             description: "Searches file contents with a regular expression (ripgrep syntax). \

@@ -257,7 +257,7 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>
         })),
         Arc::new(Typed(ShellExecute { commands })),
         Arc::new(Typed(SearchFiles {
-            inner: GrepTool::new(env.clone()),
+            inner: GrepTool::speaking(env.clone(), crate::search::Vocab::LOOM_PY_SEARCH),
         })),
     ]
 }
