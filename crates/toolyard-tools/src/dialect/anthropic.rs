@@ -220,6 +220,13 @@ impl TextEditor {
         }
         let shown = args.path.clone();
         let write = args.command != "view";
+        // The full output of a cut command, by the path its note gave (or `output:<id>`).
+        if !write
+            && let Some(content) = crate::search::saved::read_all(&self.env, &args.path)
+                .map_err(|e| translate(e, &shown, false))?
+        {
+            return view_text(&args, &shown, &content, ctx);
+        }
         let ws = &self.env.workspace;
         let rel = ws
             .locate(&args.path, &ctx.cwd)
@@ -353,33 +360,7 @@ impl TextEditor {
         let (_, content) = read_tracked(&self.env, ctx, &args.path)
             .await
             .map_err(|e| translate(e, shown, false))?;
-        let text = as_text(&content, shown)?;
-        let lines = lines_of(&text);
-        let n = lines.len();
-        let (from, to) = match &args.view_range {
-            None => (1, n),
-            Some(r) => view_window(r, n)?,
-        };
-        let body = numbered(&lines[from.saturating_sub(1)..to.min(n)], from);
-        let limit = args
-            .max_characters
-            .map_or(ctx.max_output_bytes, |m| {
-                usize::try_from(m).unwrap_or(usize::MAX)
-            })
-            .min(ctx.max_output_bytes)
-            .max(1);
-        let (body, clipped) = clip_chars(&body, limit);
-        let mut out = format!("Here's the result of running `cat -n` on {shown}:\n{body}\n");
-        if clipped {
-            out.push_str(CLIPPED);
-            out.push('\n');
-        }
-        Ok(ToolResult::ok(out).with_data(json!({
-            "lines": n,
-            "from": from,
-            "to": to,
-            "clipped": clipped,
-        })))
+        view_text(args, shown, &content, ctx)
     }
 
     async fn create(
@@ -625,6 +606,42 @@ impl TextEditor {
             .with_data(json!({"path": out.path, "undone": out.undone.0, "removed": out.removed}))
             .with_files_changed(undone.iter().map(|o| o.path.clone()).collect()))
     }
+}
+
+/// `content` as `view` shows a text file (`cat -n`, `view_range`, `max_characters`).
+fn view_text(
+    args: &TextEditorArgs,
+    shown: &str,
+    content: &[u8],
+    ctx: &ToolContext,
+) -> Result<ToolResult, Fail> {
+    let text = as_text(content, shown)?;
+    let lines = lines_of(&text);
+    let n = lines.len();
+    let (from, to) = match &args.view_range {
+        None => (1, n),
+        Some(r) => view_window(r, n)?,
+    };
+    let body = numbered(&lines[from.saturating_sub(1)..to.min(n)], from);
+    let limit = args
+        .max_characters
+        .map_or(ctx.max_output_bytes, |m| {
+            usize::try_from(m).unwrap_or(usize::MAX)
+        })
+        .min(ctx.max_output_bytes)
+        .max(1);
+    let (body, clipped) = clip_chars(&body, limit);
+    let mut out = format!("Here's the result of running `cat -n` on {shown}:\n{body}\n");
+    if clipped {
+        out.push_str(CLIPPED);
+        out.push('\n');
+    }
+    Ok(ToolResult::ok(out).with_data(json!({
+        "lines": n,
+        "from": from,
+        "to": to,
+        "clipped": clipped,
+    })))
 }
 
 /// The file as text, or the reference's read error for a binary one.

@@ -350,6 +350,59 @@ pub fn search(
     Ok(outcome)
 }
 
+/// Search one saved command output (see [`super::saved`]) as `query` says (its root, file
+/// pattern and type do not apply): its lines are shown under the name the call gave it.
+pub fn search_saved(
+    saved: super::saved::SavedOutput,
+    query: &GrepQuery,
+    cancel: &CancellationToken,
+) -> Result<GrepOutcome, ToolError> {
+    let matcher = matcher_with(&query.pattern, query.case_insensitive, query.multiline)?;
+    let context = query.context.min(MAX_CONTEXT);
+    let mut b = SearcherBuilder::new();
+    b.line_number(true)
+        // A command's output may hold a NUL: searched on, as ripgrep does a file it is named.
+        .binary_detection(BinaryDetection::convert(b'\x00'))
+        .multi_line(query.multiline)
+        .before_context(context)
+        .after_context(context);
+    let keep = if query.keep_lines {
+        query.limits.map_or(u64::MAX, |l| l.max_lines as u64)
+    } else {
+        0
+    };
+    let mut sink = LineSink::new(keep);
+    let reader = Stoppable {
+        inner: saved.file,
+        cancel,
+    };
+    b.build()
+        .search_reader(&matcher, reader, &mut sink)
+        .map_err(|e| ToolError::Io(format!("searching {}: {e}", saved.shown)))?;
+    if cancel.is_cancelled() {
+        return Err(ToolError::Cancelled);
+    }
+    let mut c = Collected {
+        searched: 1,
+        ..Collected::default()
+    };
+    if sink.matches > 0 {
+        c.total_files = 1;
+        c.total_matches = sink.matches;
+        c.rank(sink.matches, &saved.shown);
+        c.files.push(FileMatches {
+            path: saved.shown.clone(),
+            lines: sink.lines,
+            match_count: sink.matches,
+        });
+    }
+    Ok(if query.keep_lines {
+        select(c, query.limits, context)
+    } else {
+        select_files(c, query.limits)
+    })
+}
+
 /// What the per-thread visitors share.
 struct Shared<'a> {
     ws: &'a Workspace,
@@ -945,10 +998,20 @@ impl TypedTool for GrepTool {
             ));
         }
         let path = args.path.as_deref().unwrap_or(".");
-        let root = self.env.workspace.locate(path, &ctx.cwd)?;
-        if self.env.workspace.metadata(&root)?.is_none() {
+        // A saved command output (the path a cut output named, or `output:<id>`) is searched
+        // where it is; anything else is a workspace path.
+        let saved = super::saved::open(&self.env, path)?;
+        let root = match &saved {
+            Some(_) => RelPath::root(),
+            None => self.env.workspace.locate(path, &ctx.cwd)?,
+        };
+        if saved.is_none() && self.env.workspace.metadata(&root)?.is_none() {
             return Err(ToolError::FileNotFound(path.into()));
         }
+        let place = match &saved {
+            Some(s) => s.shown.clone(),
+            None => walk::place(&root),
+        };
         let context = args.context.unwrap_or(0).min(MAX_CONTEXT);
         let mode = args.output_mode.unwrap_or_default();
         if args.head_limit == Some(0) {
@@ -980,8 +1043,11 @@ impl TypedTool for GrepTool {
             keep_lines: mode == OutputMode::Content,
         };
         let env = self.env.clone();
-        let outcome =
-            super::glob::bounded(ctx, move |stop| search(&env.workspace, &query, stop)).await?;
+        let outcome = super::glob::bounded(ctx, move |stop| match saved {
+            Some(saved) => search_saved(saved, &query, stop),
+            None => search(&env.workspace, &query, stop),
+        })
+        .await?;
         let budget = super::output_budget(&self.env, "grep", ctx.max_output_bytes);
         let hidden_note = walk::hidden_note(&outcome.hidden, self.vocab.hidden);
         let output = if outcome.total_matches == 0 {
@@ -993,10 +1059,8 @@ impl TypedTool for GrepTool {
                 filter.push_str(&format!(" (files of type `{t}`)"));
             }
             let mut text = format!(
-                "No matches for `{}` in {}{filter} ({} files searched).\n",
-                args.pattern,
-                walk::place(&root),
-                outcome.searched_files
+                "No matches for `{}` in {place}{filter} ({} files searched).\n",
+                args.pattern, outcome.searched_files
             );
             text.push_str(hidden_note.as_deref().unwrap_or_default());
             text

@@ -16,6 +16,7 @@ pub mod grep;
 mod ignores;
 pub mod list;
 mod pattern;
+pub mod saved;
 mod walk;
 
 use std::sync::Arc;
