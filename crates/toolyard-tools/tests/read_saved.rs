@@ -226,3 +226,48 @@ async fn nothing_else_of_the_state_is_read_and_no_link_is_followed() {
         }
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Whatever path a call gives, built from the pieces an escape would use, read_file and
+    /// grep show only the workspace's files and the saved outputs: never another state file,
+    /// a file outside, or what a link in the outputs directory points to.
+    #[test]
+    fn no_path_reaches_other_state_or_outside(
+        pieces in proptest::collection::vec(
+            proptest::sample::select(vec![
+                "output:", "OUTPUTS", "STATE", "/", "../", "./", "secret", "call-7", ".log",
+                "link", "state.db", "src/a.rs", "%2e%2e", "\u{0}", "//", "~",
+            ]),
+            1..7,
+        ),
+    ) {
+        let (w, path) = with_output(Dialect::Loopr);
+        let outputs = path.parent().expect("outputs").to_path_buf();
+        let state = outputs.parent().expect("state").to_path_buf();
+        let _ = fs::write(state.join("secret.log"), "SECRET-STATE\n");
+        let _ = fs::write(state.join("secret"), "SECRET-STATE\n");
+        let outside = w.tmp.path().join("secret.log");
+        let _ = fs::write(&outside, "SECRET-OUTSIDE\n");
+        let _ = std::os::unix::fs::symlink(&outside, outputs.join("link.log"));
+        let arg: String = pieces
+            .iter()
+            .map(|p| match *p {
+                "OUTPUTS" => outputs.display().to_string(),
+                "STATE" => state.display().to_string(),
+                other => other.to_string(),
+            })
+            .collect();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        for args in [
+            json!({"path": arg}),
+            json!({"paths": [arg, "src/a.rs"]}),
+            json!({"pattern": "SECRET|out 1$|fn", "path": arg}),
+        ] {
+            let name = if args.get("pattern").is_some() { "grep" } else { "read_file" };
+            let r = rt.block_on(call(&w, name, args));
+            proptest::prop_assert!(!r.output.contains("SECRET"), "{} {}: {}", name, arg, r.output);
+        }
+    }
+}
