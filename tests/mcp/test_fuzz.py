@@ -40,6 +40,21 @@ class RawServer:
     def send(self, msg: dict) -> None:
         self.send_raw(json.dumps(msg).encode())
 
+    def read_line(self, deadline: float) -> bytes:
+        """The next line the server writes, as bytes."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            assert left > 0, "no answer in time"
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                assert chunk, f"server closed stdout; stderr: {self.stderr_tail()}"
+                self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
     def read_message(self, deadline: float) -> dict:
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
@@ -175,3 +190,63 @@ def test_fuzzed_arguments_of_every_tool_are_answered(workspace: Path, state_dir:
     stderr = server.close()
     assert "panicked" not in stderr, stderr
     assert sent >= 3 * len(tools)
+
+
+# Ids a client may send that rmcp holds only as i64 or a string: each must come back as sent.
+ODD_IDS = [
+    b"18446744073709551616",  # 2^64
+    b"18446744073709551615",
+    b"9223372036854775808",
+    b"-9223372036854775809",
+    b"123456789012345678901234567890",
+    b"1.5",
+    b"1.0",
+    b"1e3",
+    b"1e400",
+    b"-0",
+]
+
+
+def test_huge_and_odd_ids_are_answered_with_the_id_as_sent(workspace: Path, state_dir: Path):
+    """A request whose id is 2^64, a fraction or an exponent gets its proper answer (a ping's
+    empty result, a read's text), with the id written back byte for byte; a null or boolean id
+    gets an Invalid Request error with a null id. Through the real binary, with its lanes."""
+    server = RawServer(workspace, state_dir, inline=False)
+    server.initialize()
+    deadline = time.monotonic() + ANSWER_WITHIN_S
+    for raw in ODD_IDS:
+        for method, params in [
+            ("ping", None),
+            ("tools/list", None),
+            ("tools/call", {"name": "read_file", "arguments": {"path": "hello.txt"}}),
+            ("tools/call", {"name": "run_command", "arguments": {"command": "echo ran"},
+                            "_meta": {"progressToken": 18446744073709551617}}),
+        ]:
+            body = b'{"jsonrpc":"2.0","id":' + raw + b',"method":"' + method.encode() + b'"'
+            if params is not None:
+                body += b',"params":' + json.dumps(params).encode()
+            server.send_raw(body + b"}")
+            while True:
+                line = server.read_line(deadline)
+                if b'"method":"notifications/' in line:
+                    continue
+                break
+            assert b'"id":' + raw + b"," in line or line.endswith(b'"id":' + raw + b"}"), (raw, method, line)
+            reply = json.loads(line)
+            assert "error" not in reply, (raw, method, line)
+            if method == "ping":
+                assert reply["result"] == {}
+            elif method == "tools/list":
+                assert any(t["name"] == "read_file" for t in reply["result"]["tools"])
+            elif "read_file" in body.decode():
+                assert "hello" in reply["result"]["content"][0]["text"], reply
+            else:
+                assert "ran" in reply["result"]["content"][0]["text"], reply
+    for raw in [b"null", b"true"]:
+        server.send_raw(b'{"jsonrpc":"2.0","id":' + raw + b',"method":"ping"}')
+        reply = json.loads(server.read_line(deadline))
+        assert reply["id"] is None and reply["error"]["code"] == -32600, (raw, reply)
+    server.send({"jsonrpc": "2.0", "id": "alive", "method": "ping"})
+    assert server.wait_for({"alive"}, time.monotonic() + ANSWER_WITHIN_S)["alive"]["result"] == {}
+    stderr = server.close()
+    assert "panicked" not in stderr

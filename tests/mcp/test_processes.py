@@ -189,6 +189,26 @@ async def test_an_unknown_or_another_sessions_process_id_is_a_clear_error(worksp
         assert data_of(still)["running"] is True, text_of(still)
 
 
+@pytest.mark.parametrize("lane", ["net", "no-net"])
+async def test_a_process_that_ended_and_was_read_says_so(lane, workspace, state_dir, tmp_path):
+    tool = LANES[lane][0]
+    async with connect("stdio", "legacy", workspace, state_dir, catalog(tmp_path, lane)) as client:
+        r = await client.call_tool(tool, {"command": "sleep 0.5; echo done-now", "background": True, "yield_ms": 0})
+        pid = data_of(r)["process_id"]
+        out = await read_until(client, pid, "exited with code 0")
+        assert "done-now" in out, out
+        # Its end and last output were returned: the id is free, and a read says what became of it.
+        for t, args in [("process_output", {}), ("process_input", {"text": "x"}), ("process_kill", {})]:
+            again = await client.call_tool(t, {"process_id": pid, **args})
+            text = text_of(again)
+            assert again.is_error, text
+            assert f"{pid} exited with code 0; its output was already returned" in text, text
+            assert "never existed" not in text, text
+        # An id this session never had still gets the other answer.
+        bad = await client.call_tool("process_output", {"process_id": f"{lane}-999"})
+        assert "its output was already returned" not in text_of(bad), text_of(bad)
+
+
 async def test_the_limit_refuses_the_next_process_with_a_clear_error(workspace, state_dir, tmp_path):
     extra = catalog(tmp_path, "no-net", "[processes]\nmax_per_session = 2\n")
     async with connect("stdio", "legacy", workspace, state_dir, extra) as client:

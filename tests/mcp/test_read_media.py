@@ -45,3 +45,34 @@ async def test_grep_modes_reach_the_client(workspace, state_dir):
             )
     assert not r.is_error, text_of(r)
     assert text_of(r) == "b.py\nhello.txt\n"
+
+
+# The tool of each dialect that reads a file, and its arguments for `dot.png`. Codex has no
+# tool that reads a file (its models read with commands).
+READERS = [
+    ("loopr", "read_file", {"path": "dot.png"}),
+    ("loom", "read_file", {"path": "dot.png"}),
+    ("loom-py", "read_file", {"path": "dot.png"}),
+    ("gemini", "read_file", {"file_path": "dot.png"}),
+    ("claude-code", "Read", {"file_path": "dot.png"}),
+    ("anthropic", "str_replace_based_edit_tool", {"command": "view", "path": "dot.png"}),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dialect,tool,args", READERS)
+async def test_every_dialect_reads_a_png_as_an_image_the_sdk_accepts(workspace, state_dir, mode, dialect, tool, args):
+    # The SDK checks a result against the tool's outputSchema: a tool that may answer with an
+    # image must not declare one (it answers without structuredContent), or the client raises
+    # "has an output schema but did not return structured content".
+    (workspace / "dot.png").write_bytes(base64.b64decode(PNG_1X1))
+    async with connect("stdio", mode, workspace, state_dir, ["--dialect", dialect]) as client:
+        with anyio.fail_after(60):
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            assert listed[tool].output_schema is None, listed[tool].output_schema
+            r = await client.call_tool(tool, args)
+    assert not r.is_error, text_of(r)
+    images = [c for c in r.content if isinstance(c, ImageContent)]
+    assert len(images) == 1, r.content
+    assert images[0].mime_type == "image/png"
+    assert images[0].data == PNG_1X1

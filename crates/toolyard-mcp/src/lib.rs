@@ -33,7 +33,7 @@
 //! ```
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -96,8 +96,8 @@ struct Shared {
     dispatcher: Arc<Dispatcher>,
     /// `tools/list`, in the dispatcher's (sorted) order; built once so it is deterministic and cheap.
     tools: Arc<Vec<Tool>>,
-    /// Tools whose result is their data: their `structuredContent` is `data` itself.
-    result_is_data: HashSet<String>,
+    /// What each tool's `outputSchema` promises as `structuredContent`.
+    forms: HashMap<String, Structured>,
     /// Whether this server is reached over HTTP (sessions are then keyed by the HTTP session).
     http: bool,
     /// HTTP clients' cookie sessions, which end after the catalog's idle time.
@@ -110,10 +110,9 @@ struct Shared {
 impl Shared {
     fn new(dispatcher: Arc<Dispatcher>, http: bool) -> Self {
         let defs = dispatcher.definitions();
-        let result_is_data = defs
+        let forms = defs
             .iter()
-            .filter(|d| d.result_is_data)
-            .map(|d| d.name.clone())
+            .map(|d| (d.name.clone(), Structured::of(d)))
             .collect();
         let tools = defs.iter().filter_map(mcp_tool).collect();
         let idle = dispatcher
@@ -126,7 +125,7 @@ impl Shared {
             cookies: idle::CookieSessions::new(std::time::Duration::from_secs(idle)),
             dispatcher,
             tools: Arc::new(tools),
-            result_is_data,
+            forms,
             http,
             fixtures: fixtures_enabled(),
         }
@@ -301,7 +300,7 @@ impl ToolyardServer {
         let result = result.unwrap_or_else(|e| {
             ToolResult::failure("internal", format!("the call of `{tool}` failed: {e}"))
         });
-        to_call_result(result, self.shared.result_is_data.contains(&tool))
+        to_call_result(result, self.shared.form(&tool))
     }
 }
 
@@ -314,8 +313,43 @@ async fn send_progress(ctx: &RequestContext<RoleServer>, token: &ProgressToken, 
     }
 }
 
-/// The MCP form of a ToolResult (see the crate docs for the `structuredContent` rule).
-pub fn to_call_result(result: ToolResult, result_is_data: bool) -> CallToolResult {
+impl Shared {
+    /// What `tool`'s results carry as `structuredContent` (an unknown tool's failure: the
+    /// envelope).
+    fn form(&self, tool: &str) -> Structured {
+        self.forms
+            .get(tool)
+            .copied()
+            .unwrap_or(Structured::Envelope)
+    }
+}
+
+/// What a tool's `outputSchema` promises its results carry as `structuredContent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Structured {
+    /// The envelope `{output, success, files_changed, data, error, error_kind}`.
+    Envelope,
+    /// The tool's `data` itself (a tool whose result is its data).
+    Data,
+    /// No schema declared: the tool may answer with an image, which goes without
+    /// `structuredContent` (clients that prefer it, like Codex, would show it instead).
+    Undeclared,
+}
+
+impl Structured {
+    /// The form `def` declares.
+    pub fn of(def: &ToolDefinition) -> Self {
+        match (&def.output_schema, def.result_is_data) {
+            (None, _) => Structured::Undeclared,
+            (Some(_), true) => Structured::Data,
+            (Some(_), false) => Structured::Envelope,
+        }
+    }
+}
+
+/// The MCP form of a ToolResult (see the crate docs for the `structuredContent` rule), as the
+/// tool's declared `form` promises it.
+pub fn to_call_result(result: ToolResult, form: Structured) -> CallToolResult {
     let mut blocks = vec![ContentBlock::text(result.output.clone())];
     // Images go to the model as image blocks, never into structuredContent (base64 there
     // would cost its size again); the text `output` says an image was returned.
@@ -327,16 +361,24 @@ pub fn to_call_result(result: ToolResult, result_is_data: bool) -> CallToolResul
     }
     let mut out = CallToolResult::success(blocks);
     out.is_error = Some(!result.success);
-    out.structured_content = if !result.images.is_empty() {
+    out.structured_content = match form {
         // Clients that prefer structuredContent (Codex) would show it instead of the image;
         // tools that return images declare no output schema, so none is owed.
-        None
-    } else if result_is_data {
+        Structured::Undeclared if !result.images.is_empty() => None,
+        Structured::Undeclared | Structured::Envelope => {
+            if !result.images.is_empty() {
+                // A declared schema is a promise clients check (the Python SDK fails the call
+                // without it): keep it, even if a client may then show the text, not the image.
+                tracing::warn!(
+                    "a tool that declares an output schema returned an image; it should not declare one"
+                );
+            }
+            Some(envelope(result))
+        }
         // The text is this JSON already. A failure has no data: its text is the whole story,
-        // and clients fall back to the text when structured content is absent.
-        result.data.filter(|_| result.success)
-    } else {
-        Some(envelope(result))
+        // and clients fall back to the text when structured content is absent (they check
+        // the schema of successes only).
+        Structured::Data => result.data.filter(|_| result.success),
     };
     out
 }
@@ -651,10 +693,7 @@ impl stdio::Front for Prompt {
                 let request = CallRequest::new(self.server.session.clone(), tool.clone(), args);
                 let shared = &self.server.shared;
                 let result = shared.dispatcher.call_here(&self.runtime, request);
-                ServerResult::CallToolResult(to_call_result(
-                    result,
-                    shared.result_is_data.contains(&tool),
-                ))
+                ServerResult::CallToolResult(to_call_result(result, shared.form(&tool)))
             }
             _ => ServerResult::empty(()),
         };
@@ -796,7 +835,7 @@ mod tests {
         let r = ToolResult::ok("     1|hello")
             .with_data(json!({"n": 1}))
             .with_files_changed(vec!["a.txt".into()]);
-        let out = to_call_result(r, false);
+        let out = to_call_result(r, Structured::Envelope);
         assert_eq!(
             out.structured_content,
             Some(
@@ -812,7 +851,7 @@ mod tests {
             data: "iVBORw0=".into(),
             mime_type: "image/png".into(),
         });
-        let out = to_call_result(r, false);
+        let out = to_call_result(r.clone(), Structured::Undeclared);
         let content = serde_json::to_value(&out.content).unwrap_or_default();
         assert_eq!(content[0]["type"], json!("text"));
         assert_eq!(content[1]["type"], json!("image"));
@@ -820,19 +859,26 @@ mod tests {
         assert_eq!(content[1]["mimeType"], json!("image/png"));
         // Codex shows structuredContent instead of the blocks: with it the image would be lost.
         assert!(out.structured_content.is_none());
+        // A tool that declared a schema anyway still gets its structured form: clients check
+        // for it, and a result they refuse is worse than an image shown as text.
+        let out = to_call_result(r, Structured::Envelope);
+        assert_eq!(
+            out.structured_content.unwrap_or_default()["output"],
+            json!("PNG image, 1x1 pixels")
+        );
     }
 
     #[test]
     fn structured_content_is_the_data_when_the_result_is_its_data() {
         let r = ToolResult::ok("{\"contents\": \"x\"}").with_data(json!({"contents": "x"}));
-        let out = to_call_result(r, true);
+        let out = to_call_result(r, Structured::Data);
         assert_eq!(out.structured_content, Some(json!({"contents": "x"})));
     }
 
     #[test]
     fn a_failure_is_an_error_result_whose_text_reaches_every_client() {
         let r = ToolResult::failure("path_outside_workspace", "nope");
-        let out = to_call_result(r.clone(), false);
+        let out = to_call_result(r.clone(), Structured::Envelope);
         assert_eq!(out.is_error, Some(true));
         let text = serde_json::to_value(&out.content).unwrap_or_default();
         assert_eq!(text[0]["text"], json!("Error: nope"));
@@ -840,7 +886,11 @@ mod tests {
         assert_eq!(structured["output"], json!("Error: nope"));
         assert_eq!(structured["error_kind"], json!("path_outside_workspace"));
         // A data-shaped tool's failure has no structured form: clients then show the text.
-        assert!(to_call_result(r, true).structured_content.is_none());
+        assert!(
+            to_call_result(r, Structured::Data)
+                .structured_content
+                .is_none()
+        );
     }
 
     #[test]

@@ -7,7 +7,13 @@
 //! other); anything else unreadable gets a JSON-RPC error at once (`-32700`, or `-32600` for a
 //! line over [`MAX_LINE_BYTES`]), with the request's id when it can be recovered, else null.
 //! The server's replies and the guard's own errors share one writer, line by line.
+//!
+//! rmcp also holds a request id (and a progress token) as an `i64` or a string, so an id such as
+//! 2^64, `1.5` or `1e400` would be refused, or echoed changed. The guard swaps such a number
+//! for a stand-in string on the way in and puts the number back, byte for byte as the client
+//! wrote it, in every line on the way out ([`RawIds`]).
 
+use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -36,12 +42,18 @@ pub(crate) enum Verdict {
     Skip,
 }
 
-/// Judge one line (without its newline).
-pub(crate) fn judge(line: &[u8]) -> Verdict {
+/// Judge one line (without its newline); ids rmcp cannot carry as sent are swapped for
+/// stand-ins in `ids`.
+pub(crate) fn judge(line: &[u8], ids: &RawIds) -> Verdict {
     let trimmed = line.trim_ascii();
     if trimmed.is_empty() {
         return Verdict::Skip;
     }
+    let swapped = ids.swap_in(trimmed);
+    let (line, trimmed) = match &swapped {
+        Some(fixed) => (fixed.as_slice(), fixed.as_slice()),
+        None => (line, trimmed),
+    };
     if let Some(message) = parse(trimmed) {
         return Verdict::Message(line.to_vec(), message);
     }
@@ -66,6 +78,29 @@ pub(crate) fn judge(line: &[u8]) -> Verdict {
 /// which answers `-32600` or, for a notification, nothing.
 fn judge_json(line: &[u8], value: &Value) -> Verdict {
     let method = value.get("method").and_then(Value::as_str);
+    if let (Some(method), Some(bad)) = (
+        method,
+        value
+            .get("id")
+            .filter(|id| !(id.is_string() || id.is_number())),
+    ) {
+        // rmcp would answer without any id, which no client can match; JSON-RPC answers an
+        // id it cannot use with null.
+        return Verdict::Reply(error_reply(
+            None,
+            -32600,
+            format!(
+                "Invalid Request: the id of `{method}` is {}; a request's id must be a string or \
+                 a number (MCP does not allow null), and a notification has none",
+                match bad {
+                    Value::Null => "null",
+                    Value::Bool(_) => "a boolean",
+                    Value::Array(_) => "an array",
+                    _ => "an object",
+                }
+            ),
+        ));
+    }
     let id = value
         .get("id")
         .filter(|id| id.is_string() || id.is_number());
@@ -182,6 +217,271 @@ fn sniff_id(line: &[u8]) -> Option<Value> {
     None
 }
 
+/// Numbers sent as ids (a request's `id`, a progress token, the `requestId` a cancellation
+/// names) that rmcp cannot carry as sent, each swapped for a stand-in string while the server
+/// holds it, and put back, as the client wrote it, in what goes out.
+pub(crate) struct RawIds {
+    /// `"toolyard-raw-id-<nonce>-`: what every stand-in starts with, quote included.
+    prefix: String,
+    next: std::sync::atomic::AtomicU64,
+    /// Stand-in (without quotes) → the client's bytes.
+    held: Mutex<HashMap<String, Held>>,
+}
+
+/// One swapped number.
+struct Held {
+    raw: Vec<u8>,
+    /// A request's id, released once its response is out (a progress token stays while
+    /// notifications may name it; those are few and bounded by [`RawIds::MAX_HELD`]).
+    is_id: bool,
+    /// When it was swapped in (the oldest tokens go first past the bound).
+    serial: u64,
+}
+
+impl Default for RawIds {
+    fn default() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        // Unguessable enough that no client string id collides with a stand-in by chance.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        Self {
+            prefix: format!("\"toolyard-raw-id-{:016x}-", h.finish()),
+            next: std::sync::atomic::AtomicU64::new(0),
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl RawIds {
+    /// Most stand-ins held at once; past it the oldest progress tokens are forgotten.
+    const MAX_HELD: usize = 4096;
+
+    /// `line` with its id, progress token and cancelled request id swapped for stand-ins
+    /// where rmcp could not carry them as sent; `None` when nothing needs it.
+    pub(crate) fn swap_in(&self, line: &[u8]) -> Option<Vec<u8>> {
+        let mut swaps: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+        if let Some(span) = member_span(line, "id")
+            && needs_stand_in(&line[span.clone()])
+        {
+            swaps.push((span.clone(), self.hold(&line[span], true)));
+        }
+        if let Some(params) = member_span(line, "params") {
+            let inner = &line[params.clone()];
+            let at = |r: std::ops::Range<usize>| params.start + r.start..params.start + r.end;
+            if let Some(meta) = member_span(inner, "_meta")
+                && let Some(token) = member_span(&inner[meta.clone()], "progressToken")
+            {
+                let span = at(meta.start + token.start..meta.start + token.end);
+                if needs_stand_in(&line[span.clone()]) {
+                    swaps.push((span.clone(), self.hold(&line[span], false)));
+                }
+            }
+            if let Some(req) = member_span(inner, "requestId") {
+                let span = at(req);
+                if needs_stand_in(&line[span.clone()])
+                    && let Some(stand_in) = self.held_for(&line[span.clone()])
+                {
+                    swaps.push((span, stand_in));
+                }
+            }
+        }
+        if swaps.is_empty() {
+            return None;
+        }
+        swaps.sort_by_key(|(r, _)| r.start);
+        let mut out = Vec::with_capacity(line.len() + 64);
+        let mut at = 0;
+        for (span, stand_in) in swaps {
+            out.extend_from_slice(&line[at..span.start]);
+            out.extend_from_slice(stand_in.as_bytes());
+            at = span.end;
+        }
+        out.extend_from_slice(&line[at..]);
+        Some(out)
+    }
+
+    /// Hold `raw`; its stand-in, quoted.
+    fn hold(&self, raw: &[u8], is_id: bool) -> String {
+        let serial = self.next.fetch_add(1, Ordering::Relaxed);
+        let quoted = format!("{}{serial}\"", self.prefix);
+        let key = quoted[1..quoted.len() - 1].to_string();
+        if let Ok(mut held) = self.held.lock() {
+            if held.len() >= Self::MAX_HELD
+                && let Some(oldest) = held
+                    .iter()
+                    .filter(|(_, h)| !h.is_id)
+                    .min_by_key(|(_, h)| h.serial)
+                    .map(|(k, _)| k.clone())
+            {
+                held.remove(&oldest);
+            }
+            held.insert(
+                key,
+                Held {
+                    raw: raw.to_vec(),
+                    is_id,
+                    serial,
+                },
+            );
+        }
+        quoted
+    }
+
+    /// The stand-in (quoted) of a request id held as `raw`, if one is.
+    fn held_for(&self, raw: &[u8]) -> Option<String> {
+        let held = self.held.lock().ok()?;
+        held.iter()
+            .find(|(_, h)| h.is_id && h.raw == raw)
+            .map(|(k, _)| format!("\"{k}\""))
+    }
+
+    /// `line` (going out) with every stand-in put back as the client's bytes; a request's id
+    /// is released once its response carries it.
+    pub(crate) fn swap_out<'a>(&self, line: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        let prefix = self.prefix.as_bytes();
+        if memchr::memmem::find(line, prefix).is_none() {
+            return std::borrow::Cow::Borrowed(line);
+        }
+        let Ok(mut held) = self.held.lock() else {
+            return std::borrow::Cow::Borrowed(line);
+        };
+        let mut out = Vec::with_capacity(line.len());
+        let mut at = 0;
+        while let Some(found) = memchr::memmem::find(&line[at..], prefix) {
+            let start = at + found;
+            let digits = line[start + prefix.len()..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .count();
+            let end = start + prefix.len() + digits;
+            let key = std::str::from_utf8(&line[start + 1..end]).unwrap_or_default();
+            out.extend_from_slice(&line[at..start]);
+            match held.get(key) {
+                Some(h) if line.get(end) == Some(&b'"') => {
+                    out.extend_from_slice(&h.raw);
+                    // The response to that request: `"id":` right before it.
+                    if h.is_id && out[..out.len() - h.raw.len()].ends_with(b"\"id\":") {
+                        held.remove(key);
+                    }
+                    at = end + 1;
+                }
+                _ => {
+                    out.extend_from_slice(&line[start..end]);
+                    at = end;
+                }
+            }
+        }
+        out.extend_from_slice(&line[at..]);
+        std::borrow::Cow::Owned(out)
+    }
+}
+
+/// Whether the JSON value `raw` is a number rmcp would not carry as sent: anything but an
+/// integer in `i64`'s range written the way serde writes it back (`1.0`, `1e3`, `-0`, 2^64).
+fn needs_stand_in(raw: &[u8]) -> bool {
+    let is_number = raw
+        .first()
+        .is_some_and(|b| *b == b'-' || b.is_ascii_digit());
+    is_number
+        && std::str::from_utf8(raw)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok().map(|n| n.to_string() != s))
+            .unwrap_or(true)
+}
+
+/// The byte range of the value of `key` in the JSON object `text` (its last occurrence, as a
+/// parser keeps), found by scanning (numbers are not parsed, so any size is fine); `None` when
+/// `text` is not an object or has no such key.
+fn member_span(text: &[u8], key: &str) -> Option<std::ops::Range<usize>> {
+    let mut i = skip_ws(text, 0);
+    if text.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    let mut found = None;
+    loop {
+        i = skip_ws(text, i);
+        match text.get(i) {
+            Some(b'"') => {}
+            _ => return found,
+        }
+        let key_end = end_of_value(text, i)?;
+        let name = &text[i..key_end];
+        i = skip_ws(text, key_end);
+        if text.get(i) != Some(&b':') {
+            return found;
+        }
+        i = skip_ws(text, i + 1);
+        let value_end = end_of_value(text, i)?;
+        let same = name.get(1..name.len() - 1) == Some(key.as_bytes())
+            || (name.contains(&b'\\')
+                && serde_json::from_slice::<String>(name).is_ok_and(|n| n == key));
+        if same {
+            found = Some(i..value_end);
+        }
+        i = skip_ws(text, value_end);
+        match text.get(i) {
+            Some(b',') => i += 1,
+            _ => return found,
+        }
+    }
+}
+
+fn skip_ws(text: &[u8], mut i: usize) -> usize {
+    while text
+        .get(i)
+        .is_some_and(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+    {
+        i += 1;
+    }
+    i
+}
+
+/// Where the JSON value starting at `i` ends (exclusive), by its brackets and quotes.
+fn end_of_value(text: &[u8], i: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut j = i;
+    loop {
+        match *text.get(j)? {
+            b'"' => {
+                j += 1;
+                loop {
+                    match *text.get(j)? {
+                        b'\\' => j += 2,
+                        b'"' => break,
+                        _ => j += 1,
+                    }
+                }
+                j += 1;
+                if depth == 0 {
+                    return Some(j);
+                }
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                j += 1;
+            }
+            b'}' | b']' => {
+                if depth == 0 {
+                    // A scalar ended by its container's close.
+                    return (j > i).then_some(j);
+                }
+                depth -= 1;
+                j += 1;
+                if depth == 0 {
+                    return Some(j);
+                }
+            }
+            b',' | b' ' | b'\t' | b'\r' | b'\n' if depth == 0 => return (j > i).then_some(j),
+            _ => j += 1,
+        }
+    }
+}
+
 /// What the transport's own threads answer, without rmcp.
 pub(crate) trait Front: Send + Sync + 'static {
     /// Whether `message` is one this answers; `alone` when no other line is waiting.
@@ -210,7 +510,10 @@ pub(crate) fn guarded(
     input: Fd,
     output: Fd,
 ) -> std::io::Result<((DuplexStream, DuplexStream), std::thread::JoinHandle<()>)> {
-    let out = Arc::new(Out(Mutex::new(output)));
+    let out = Arc::new(Out {
+        fd: Mutex::new(output),
+        ids: RawIds::default(),
+    });
     let (rmcp_in, feed) = tokio::io::duplex(PIPE_BYTES);
     let (rmcp_out, replies) = tokio::io::duplex(PIPE_BYTES);
     let (lines_tx, mut lines_rx) = mpsc::channel::<Vec<u8>>(64);
@@ -300,7 +603,7 @@ impl Door {
             let sent = match read {
                 Ok(LineRead::Eof) => return self.end(),
                 Ok(LineRead::TooLong) => self.out.write_value(&too_long(&line)),
-                Ok(LineRead::Line) => match judge(&line) {
+                Ok(LineRead::Line) => match judge(&line, &self.out.ids) {
                     Verdict::Skip => continue,
                     Verdict::Reply(reply) => self.out.write_value(&reply),
                     Verdict::Message(text, message) if self.front.takes(&message, alone) => {
@@ -517,14 +820,19 @@ async fn pump_replies(replies: DuplexStream, lines: mpsc::Sender<Vec<u8>>) {
     }
 }
 
-/// stdout, shared by the front thread and the writer thread.
-struct Out(Mutex<Fd>);
+/// stdout, shared by the front thread and the writer thread, and the ids swapped on the way
+/// in, put back on the way out.
+struct Out {
+    fd: Mutex<Fd>,
+    ids: RawIds,
+}
 
 impl Out {
     /// Write one whole line (with its newline) before any other.
     fn write_line(&self, line: &[u8]) -> std::io::Result<()> {
-        let mut fd = self.0.lock().map_err(|_| std::io::ErrorKind::BrokenPipe)?;
-        fd.write_all(line)
+        let line = self.ids.swap_out(line);
+        let mut fd = self.fd.lock().map_err(|_| std::io::ErrorKind::BrokenPipe)?;
+        fd.write_all(&line)
     }
 
     /// Write `value` as one line.
@@ -650,7 +958,7 @@ mod tests {
     #[test]
     fn a_valid_message_passes_unchanged() {
         let line = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-        match judge(line) {
+        match judge(line, &RawIds::default()) {
             Verdict::Message(text, message) => {
                 assert_eq!(text, line.to_vec());
                 assert!(matches!(*message, ClientJsonRpcMessage::Request(_)));
@@ -661,7 +969,7 @@ mod tests {
 
     #[test]
     fn garbage_gets_a_parse_error_with_a_null_id() {
-        match judge(b"garbage") {
+        match judge(b"garbage", &RawIds::default()) {
             Verdict::Reply(v) => {
                 assert_eq!(v["error"]["code"], -32700);
                 assert_eq!(v["id"], Value::Null);
@@ -673,7 +981,7 @@ mod tests {
     #[test]
     fn a_lone_surrogate_is_replaced_and_the_call_goes_on() {
         let line = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"a\ud800b"}}}"#;
-        match judge(line) {
+        match judge(line, &RawIds::default()) {
             Verdict::Message(fixed, _) => {
                 let v: Value = serde_json::from_slice(&fixed).unwrap_or_default();
                 assert_eq!(v["params"]["arguments"]["path"], "a\u{fffd}b");
@@ -694,7 +1002,7 @@ mod tests {
             "[".repeat(200),
             "]".repeat(200)
         );
-        match judge(deep.as_bytes()) {
+        match judge(deep.as_bytes(), &RawIds::default()) {
             Verdict::Reply(v) => {
                 assert_eq!(v["error"]["code"], -32700);
                 assert_eq!(v["id"], 4);
@@ -706,7 +1014,7 @@ mod tests {
     #[test]
     fn a_request_with_bad_params_gets_an_error_with_its_id() {
         let line = br#"{"jsonrpc":"2.0","id":"p1","method":"tools/call","params":"not an object"}"#;
-        match judge(line) {
+        match judge(line, &RawIds::default()) {
             Verdict::Reply(v) => {
                 assert_eq!(v["error"]["code"], -32602);
                 assert_eq!(v["id"], "p1");
@@ -727,7 +1035,7 @@ mod tests {
             }
         }
         let line = br#"{"jsonrpc":"2.0","id":"q","method":"ping"}"#;
-        let Verdict::Message(_, message) = judge(line) else {
+        let Verdict::Message(_, message) = judge(line, &RawIds::default()) else {
             panic!("a ping is a message");
         };
         let reply = serde_json::to_value(answer(&Panics, *message)).unwrap_or_default();
@@ -821,6 +1129,170 @@ mod tests {
         assert_eq!(answered(&from_server, &mut buf, wait), ["stuck"]);
         send(&mut to_server, "after");
         assert_eq!(answered(&from_server, &mut buf, wait), ["after"]);
+    }
+
+    /// The answer to `line` once swapped in and answered by a server that echoes the id, as it
+    /// goes out.
+    fn round_trip(ids: &RawIds, line: &str) -> String {
+        let Verdict::Message(text, message) = judge(line.as_bytes(), ids) else {
+            panic!("{line} is a message once its id is swapped");
+        };
+        let Some((_, id)) = message.into_request() else {
+            panic!("{line} is a request");
+        };
+        drop(text);
+        let reply = ServerJsonRpcMessage::response(rmcp::model::ServerResult::empty(()), id);
+        let bytes = serde_json::to_vec(&reply).unwrap_or_default();
+        String::from_utf8_lossy(&ids.swap_out(&bytes)).into_owned()
+    }
+
+    #[test]
+    fn ids_rmcp_cannot_hold_come_back_as_sent() {
+        let ids = RawIds::default();
+        for raw in [
+            "18446744073709551616",
+            "18446744073709551615",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "123456789012345678901234567890",
+            "1.5",
+            "1.0",
+            "1e3",
+            "1E400",
+            "-0",
+            "0.1e-5",
+        ] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{raw},"method":"ping"}}"#);
+            let out = round_trip(&ids, &line);
+            assert!(out.contains(&format!(r#""id":{raw},"#)), "{raw}: {out}");
+        }
+        // Each stand-in is released with its response.
+        assert!(ids.held.lock().map(|h| h.is_empty()).unwrap_or(false));
+        // Ids rmcp holds as they are pass untouched.
+        for raw in ["0", "42", "-7", "9223372036854775807", r#""s""#] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{raw},"method":"ping"}}"#);
+            assert!(ids.swap_in(line.as_bytes()).is_none(), "{raw}");
+            assert!(round_trip(&ids, &line).contains(&format!(r#""id":{raw},"#)));
+        }
+    }
+
+    #[test]
+    fn a_huge_progress_token_and_the_cancellation_of_a_huge_id_are_carried() {
+        let ids = RawIds::default();
+        let call = r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":1e400}}}"#;
+        let Verdict::Message(text, _) = judge(call.as_bytes(), &ids) else {
+            panic!("a call with a huge id and token is a message");
+        };
+        let text = String::from_utf8_lossy(&text).into_owned();
+        assert!(
+            !text.contains("1e400") && !text.contains("18446744073709551616"),
+            "{text}"
+        );
+        let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":18446744073709551616}}"#;
+        let Verdict::Message(swapped, _) = judge(cancel.as_bytes(), &ids) else {
+            panic!("the cancellation is a message");
+        };
+        // It names the same stand-in the call carries.
+        let v: Value = serde_json::from_slice(&swapped).unwrap_or_default();
+        let call: Value = serde_json::from_str(&text).unwrap_or_default();
+        assert_eq!(v["params"]["requestId"], call["id"]);
+        // A progress notification carries the token back as sent.
+        let token = call["params"]["_meta"]["progressToken"].to_string();
+        let note = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{token},"progress":1}}}}"#
+        );
+        let out = ids.swap_out(note.as_bytes());
+        assert!(
+            String::from_utf8_lossy(&out).contains(r#""progressToken":1e400,"#),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+
+    #[test]
+    fn a_null_or_boolean_id_gets_an_invalid_request_answer_with_a_null_id() {
+        for raw in ["null", "true", "[1]", "{}"] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{raw},"method":"ping"}}"#);
+            match judge(line.as_bytes(), &RawIds::default()) {
+                Verdict::Reply(v) => {
+                    assert_eq!(v["error"]["code"], -32600, "{raw}");
+                    assert_eq!(v["id"], Value::Null, "{raw}");
+                    assert!(v.as_object().is_some_and(|o| o.contains_key("id")));
+                }
+                other => panic!("{raw}: {other:?}"),
+            }
+        }
+    }
+
+    fn json_number() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        (
+            any::<bool>(),
+            "(0|[1-9][0-9]{0,40})",
+            proptest::option::of("[0-9]{1,20}"),
+            proptest::option::of(("[eE]", "[+-]?", "[0-9]{1,4}")),
+        )
+            .prop_map(|(neg, int, frac, exp)| {
+                let mut s = String::new();
+                if neg {
+                    s.push('-');
+                }
+                s.push_str(&int);
+                if let Some(f) = frac {
+                    s.push('.');
+                    s.push_str(&f);
+                }
+                if let Some((e, sign, d)) = exp {
+                    s.push_str(&e);
+                    s.push_str(&sign);
+                    s.push_str(&d);
+                }
+                s
+            })
+    }
+
+    proptest::proptest! {
+        /// Whatever number a client sends as an id, among whatever other members, the answer
+        /// carries exactly those bytes as its id.
+        #[test]
+        fn any_numeric_id_is_echoed_byte_for_byte(
+            raw in json_number(),
+            before in proptest::collection::btree_map("[a-z]{1,6}", proptest::arbitrary::any::<i32>(), 0..3),
+            spaces in "[ \t]{0,2}",
+        ) {
+            let ids = RawIds::default();
+            let mut members: Vec<String> = before
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "id" | "method" | "jsonrpc" | "params"))
+                .map(|(k, v)| format!(r#""x{k}":{v}"#))
+                .collect();
+            members.push(format!(r#""id"{spaces}:{spaces}{raw}"#));
+            members.push(r#""jsonrpc":"2.0""#.into());
+            members.push(r#""method":"ping""#.into());
+            let line = format!("{{{}}}", members.join(","));
+            let out = round_trip(&ids, &line);
+            let want = format!(r#""id":{raw},"#);
+            proptest::prop_assert!(out.contains(&want), "{} -> {}", line, out);
+        }
+
+        /// The scanner finds a member's value exactly as serde reads it, in any JSON object.
+        #[test]
+        fn member_span_agrees_with_serde(
+            value in proptest::arbitrary::any::<std::collections::BTreeMap<String, Option<i64>>>(),
+            nested in "[a-z\"\\\\{}\\[\\],: ]{0,20}",
+        ) {
+            let mut obj = serde_json::Map::new();
+            for (k, v) in &value {
+                obj.insert(k.clone(), json!(v));
+            }
+            obj.insert("id".into(), json!({"s": nested, "a": [1, {"id": 2}]}));
+            let text = Value::Object(obj.clone()).to_string();
+            let span = member_span(text.as_bytes(), "id");
+            proptest::prop_assert!(span.is_some(), "{}", text);
+            let span = span.unwrap_or(0..0);
+            let got: Value = serde_json::from_slice(&text.as_bytes()[span]).unwrap_or_default();
+            proptest::prop_assert_eq!(&got, &obj["id"]);
+        }
     }
 
     #[test]

@@ -79,6 +79,93 @@ pub fn kill_all() {
     }
 }
 
+/// Processes whose end a reply reported, so a later call naming one can say what became of it
+/// (the table forgets them once read).
+static REPORTED: OnceLock<Mutex<Reported>> = OnceLock::new();
+
+/// How many reported ends are remembered (the oldest are forgotten first).
+const REPORTED_KEPT: usize = 4096;
+
+#[derive(Default)]
+struct Reported {
+    ends: HashMap<String, ReportedEnd>,
+    order: std::collections::VecDeque<String>,
+}
+
+/// One process whose end was reported.
+struct ReportedEnd {
+    session: String,
+    /// How it ended ("exited with code 0").
+    how: String,
+    /// The file holding all its output.
+    log: Option<std::path::PathBuf>,
+}
+
+/// Remember that `proc`'s end (`ended`) was reported to its session.
+fn reported(proc: &BgProcess, ended: &Ended, log: Option<&std::path::Path>) {
+    let mut r = lock(REPORTED.get_or_init(Default::default));
+    if r.ends.len() >= REPORTED_KEPT
+        && let Some(oldest) = r.order.pop_front()
+    {
+        r.ends.remove(&oldest);
+    }
+    if r.ends
+        .insert(
+            proc.id.clone(),
+            ReportedEnd {
+                session: proc.session.clone(),
+                how: ended.describe(),
+                log: log.map(std::path::Path::to_path_buf),
+            },
+        )
+        .is_none()
+    {
+        r.order.push_back(proc.id.clone());
+    }
+}
+
+/// The process `id` of `session`; for one whose end was already reported, an error that says
+/// so (how it ended, where its output is), distinct from an id this session never had.
+pub(crate) fn find(
+    commands: &CommandEnv,
+    session: &str,
+    id: &str,
+) -> Result<Arc<BgProcess>, ToolError> {
+    table(commands)
+        .get(session, id)
+        .map_err(|missing| match reported_end(session, id) {
+            Some(why) => ToolError::NotFound(why),
+            None => missing,
+        })
+}
+
+/// What became of `session`'s process `id`, if its end was reported: "no-net-1 exited with
+/// code 0; its output was already returned ...".
+pub(crate) fn reported_end(session: &str, id: &str) -> Option<String> {
+    let r = lock(REPORTED.get_or_init(Default::default));
+    let end = r.ends.get(id).filter(|e| e.session == session)?;
+    Some(format!(
+        "{id} {}; its output was already returned{}. Nothing runs under this id any more; \
+         start the command again to run it again",
+        end.how,
+        end.log
+            .as_ref()
+            .map(|p| format!(" (all of it is in {}; read_file reads it)", p.display()))
+            .unwrap_or_default()
+    ))
+}
+
+/// Forget `proc`, whose end (`ended`) was just reported with the last of its output.
+pub(crate) fn forget(
+    commands: &CommandEnv,
+    proc: &BgProcess,
+    ended: &Ended,
+    log: Option<&std::path::Path>,
+) {
+    reported(proc, ended, log);
+    table(commands).remove(&proc.id);
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -267,6 +354,7 @@ fn process_data(proc: &BgProcess, taken: &Taken) -> serde_json::Value {
 
 /// The result for a process that ended within the call: like a finished command's.
 fn ended_result(proc: &BgProcess, taken: &Taken, ended: &Ended, limit: usize) -> ToolResult {
+    reported(proc, ended, taken.log.as_deref());
     let mut text = format!("{}\n", status_text(proc, Some(ended)));
     push_output(&mut text, taken, limit, "output");
     let mut data = process_data(proc, taken);
@@ -309,9 +397,9 @@ fn read_result(
     }
     let _ = writeln!(text, "{}", status_text(proc, taken.ended.as_ref()));
     push_output(&mut text, &taken, limit, "output since the last read");
-    if taken.ended.is_some() {
+    if let Some(ended) = &taken.ended {
         // Its last output is read: the id is free.
-        table(commands).remove(&proc.id);
+        forget(commands, proc, ended, taken.log.as_deref());
     }
     ToolResult::ok(text).with_data(process_data(proc, &taken))
 }
@@ -421,7 +509,7 @@ impl TypedTool for OutputTool {
         ctx: &ToolContext,
     ) -> Result<ToolResult, ToolError> {
         let commands = &self.0.commands;
-        let proc = table(commands).get(&ctx.session_id, &args.process_id)?;
+        let proc = find(commands, &ctx.session_id, &args.process_id)?;
         let wait = Duration::from_millis(args.wait_ms.unwrap_or(0)).min(ctx.max_timeout);
         if !wait.is_zero() {
             let tick = progress_tick(ctx, &proc.id);
@@ -452,7 +540,7 @@ impl TypedTool for InputTool {
         ctx: &ToolContext,
     ) -> Result<ToolResult, ToolError> {
         let commands = &self.0.commands;
-        let proc = table(commands).get(&ctx.session_id, &args.process_id)?;
+        let proc = find(commands, &ctx.session_id, &args.process_id)?;
         // Output it printed before this input is not its answer: keep it, shown first.
         let earlier = proc.take();
         if !args.text.is_empty() {
@@ -499,7 +587,7 @@ impl TypedTool for KillTool {
     }
     async fn run(&self, args: ProcessKillArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let commands = &self.0.commands;
-        let proc = table(commands).get(&ctx.session_id, &args.process_id)?;
+        let proc = find(commands, &ctx.session_id, &args.process_id)?;
         let sig = match &args.signal {
             Some(s) => signal_number(s)?,
             None => libc::SIGKILL,

@@ -8,7 +8,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
-use toolyard_workspace::{Change, ChangeId, ChangeStatus, Journal, PreImage, RelPath, UndoOutcome};
+use toolyard_workspace::{
+    Change, ChangeId, ChangeStatus, Journal, PreImage, RelPath, UndoOutcome, UndoVerdict,
+};
 
 use crate::records::LocalRecords;
 use crate::remote::{FileState, MAX_REMOTE_FILE_BYTES, RemoteFiles};
@@ -41,8 +43,9 @@ impl TypedTool for Undo {
         "Undo a change made by write_file, edit_file or undo: restores the exact previous bytes \
          and mode, or removes a file the change created. The changes one call made to several \
          files (an apply_patch) are undone together. Without change_id, undoes this session's \
-         last change; call it again to go further back. Refuses if a file changed since, \
-         unless force is true."
+         last change; call it again to go further back. An undo is a change too: undo it (by \
+         its change_id) to redo. Refuses if a file changed since, unless force is true; a file \
+         already back to its earlier content is only marked undone."
     }
 
     fn annotations(&self) -> Annotations {
@@ -70,26 +73,48 @@ impl TypedTool for Undo {
         let [out] = undone.as_slice() else {
             return Ok(group_result(id, &change.tool, &undone).with_files_changed(files));
         };
-        let what = if out.removed {
-            format!("removed {} (change #{} had created it)", out.path, id.0)
-        } else {
+        let text = if out.already {
             format!(
-                "restored {} to its content before change #{} ({} bytes)",
-                out.path, id.0, out.bytes
+                "{} was already as before change #{} ({} on {}): its content had changed back \
+                 since, so nothing was written; change #{} is now marked undone (by change #{}). \
+                 There is nothing to redo: what change #{} wrote is no longer in the file.",
+                out.path, id.0, change.tool, change.path, id.0, out.undo.0, id.0
+            )
+        } else {
+            let what = if out.removed {
+                format!("removed {} (change #{} had created it)", out.path, id.0)
+            } else {
+                format!(
+                    "restored {} to its content before change #{} ({} bytes)",
+                    out.path, id.0, out.bytes
+                )
+            };
+            let verb = if out.redo { "Redid" } else { "Undid" };
+            format!(
+                "{verb} change #{} ({} on {}): {what}. This undo is change #{}: {}.",
+                id.0,
+                change.tool,
+                change.path,
+                out.undo.0,
+                redo_hint(out.undo, out.redo)
             )
         };
-        let verb = if out.redo { "Redid" } else { "Undid" };
-        Ok(ToolResult::ok(format!(
-            "{verb} change #{} ({} on {}): {what}. This undo is change #{}; undo it to {}.",
-            id.0,
-            change.tool,
-            change.path,
-            out.undo.0,
-            if out.redo { "revert again" } else { "redo" }
-        ))
-        .with_data(json!(out))
-        .with_files_changed(files))
+        // Only a write changes the file.
+        let files = if out.already { Vec::new() } else { files };
+        Ok(ToolResult::ok(text)
+            .with_data(json!(out))
+            .with_files_changed(files))
     }
+}
+
+/// How to take an undo back, in the call the model makes: `undo {"change_id": N}` (to redo the
+/// change it undid, or, for a redo, to revert again).
+fn redo_hint(undo: ChangeId, was_redo: bool) -> String {
+    format!(
+        "undo {{\"change_id\": {}}} to {}",
+        undo.0,
+        if was_redo { "revert again" } else { "redo" }
+    )
 }
 
 /// The result of undoing a group: every file, and the undo to undo for a redo.
@@ -99,7 +124,12 @@ fn group_result(id: ChangeId, tool: &str, undone: &[UndoOutcome]) -> ToolResult 
     let lines: Vec<String> = undone
         .iter()
         .map(|o| {
-            if o.removed {
+            if o.already {
+                format!(
+                    "- {} was already as before change #{} (nothing written)",
+                    o.path, o.undone.0
+                )
+            } else if o.removed {
                 format!(
                     "- removed {} (change #{} had created it)",
                     o.path, o.undone.0
@@ -115,14 +145,13 @@ fn group_result(id: ChangeId, tool: &str, undone: &[UndoOutcome]) -> ToolResult 
     // The first undo names the group: undoing it redoes them all.
     let first = undone.iter().map(|o| o.undo).min().unwrap_or(id);
     ToolResult::ok(format!(
-        "{verb} change #{} and the {} other changes the same {tool} call made, together:\n{}\nThese undos are one group, changes #{}-#{}; undo #{} to {}.",
+        "{verb} change #{} and the {} other changes the same {tool} call made, together:\n{}\nThese undos are one group, changes #{}-#{}: {} (all of them).",
         id.0,
         undone.len() - 1,
         lines.join("\n"),
         first.0,
         undone.iter().map(|o| o.undo).max().unwrap_or(id).0,
-        first.0,
-        if redo { "revert again" } else { "redo" }
+        redo_hint(first, redo)
     ))
     .with_data(json!({"undo": first, "undone": id, "redo": redo, "files": undone}))
 }
@@ -158,7 +187,7 @@ struct Checked {
     target: Change,
     now: FileState,
     current: Option<String>,
-    forced: bool,
+    verdict: UndoVerdict,
 }
 
 /// Whether `target` can be undone now, as [`toolyard_workspace::Journal::undo_check`] decides
@@ -175,12 +204,12 @@ async fn check_remote(
     }
     let now = remote.read_state(&target.session, &target.path).await?;
     let current = now.content.as_deref().map(toolyard_workspace::hash_bytes);
-    let forced = journal.undo_check(&target, current.as_deref(), force)?;
+    let verdict = journal.undo_verdict(&target, current.as_deref(), force)?;
     Ok(Checked {
         target,
         now,
         current,
-        forced,
+        verdict,
     })
 }
 
@@ -305,7 +334,7 @@ async fn restore_remote(
         target,
         now,
         current,
-        forced,
+        verdict,
     } = checked;
     let id = target.id;
     let old = match journal.old_content(id)? {
@@ -333,16 +362,22 @@ async fn restore_remote(
     let undo = journal.record_undo_preimage(&target, session, call_id, group, &pre)?;
     let bytes = old.as_ref().map_or(0, |b| b.len() as u64);
     let removed = old.is_none();
-    let restored = remote
-        .restore(
-            &target.session,
-            undo.0,
-            &target.path,
-            current.as_deref(),
-            old,
-            target.old_mode,
-        )
-        .await;
+    // Already as before the change (and with its mode): there is nothing to write.
+    let restored = if verdict.already && (removed || now.mode == target.old_mode) {
+        Ok(())
+    } else {
+        remote
+            .restore(
+                &target.session,
+                undo.0,
+                &target.path,
+                current.as_deref(),
+                old,
+                target.old_mode,
+            )
+            .await
+            .map(|_| ())
+    };
     match restored {
         Ok(_) => {
             journal.mark_done(undo)?;
@@ -356,7 +391,8 @@ async fn restore_remote(
                 bytes,
                 mode: if removed { None } else { target.old_mode },
                 new_hash: target.old_hash,
-                forced,
+                forced: verdict.forced,
+                already: verdict.already,
             })
         }
         // The runner refused: nothing was written.

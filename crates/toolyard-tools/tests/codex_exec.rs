@@ -187,3 +187,40 @@ async fn a_shell_toolyard_cannot_run_is_named() {
     assert!(!r.success);
     assert!(r.output.contains("shell `zsh`"), "{}", r.output);
 }
+
+#[tokio::test]
+async fn write_stdin_to_a_session_whose_exit_was_reported_says_so() {
+    let f = Fixture::new();
+    let r = f
+        .call(
+            "exec_command",
+            json!({"cmd": "sleep 0.3; echo bye", "yield_time_ms": 250}),
+        )
+        .await;
+    let id = session_of(&r);
+    let mut seen = String::new();
+    for _ in 0..40 {
+        let r = f
+            .call(
+                "write_stdin",
+                json!({"session_id": id, "chars": "", "yield_time_ms": 5000}),
+            )
+            .await;
+        seen.push_str(ok(&r));
+        if seen.contains("Process exited with code 0") {
+            break;
+        }
+    }
+    assert!(seen.contains("bye"), "{seen}");
+    let r = f
+        .call("write_stdin", json!({"session_id": id, "chars": "x"}))
+        .await;
+    assert!(!r.success);
+    assert!(
+        r.output.contains(&format!(
+            "Unknown process id {id}: the session {id} exited with code 0; its output was already returned"
+        )),
+        "{}",
+        r.output
+    );
+}

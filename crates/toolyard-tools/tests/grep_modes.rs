@@ -107,10 +107,17 @@ async fn head_limit_caps_content_lines() {
     let f = three_files();
     let r = f.grep(json!({"pattern": "needle", "head_limit": 3})).await;
     let out = ok(&r);
-    let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('[')).collect();
+    // The matches shown, then the footers (the first starts with `[`).
+    let lines: Vec<&str> = out.lines().take_while(|l| !l.starts_with('[')).collect();
     assert_eq!(
         lines,
         ["a.rs:1:needle one", "a.rs:3:needle two", "b.py:1:needle"]
+    );
+    assert!(
+        out.ends_with(
+            "[matching lines per file, most first:\n  c/d.rs: 3\n  a.rs: 2\n  b.py: 1]\n"
+        ),
+        "{out}"
     );
     assert!(out.contains("[3 more matches"), "{out}");
     let zero = f.grep(json!({"pattern": "needle", "head_limit": 0})).await;

@@ -461,3 +461,59 @@ async fn loom_and_loom_py_read_images_pdfs_and_notebooks_through_the_engine() {
     let r = dialect_read(&f, Dialect::Loom, json!({"path": "t.txt"})).await;
     assert_eq!(r.data.unwrap()["contents"], "one\ntwo\n");
 }
+
+/// Every dialect's tool that reads a file (and Anthropic's editor, whose `view` reads) answers
+/// a PNG with an image block, and declares no output schema: a client checks a result against
+/// one, and an image result goes without `structuredContent`.
+#[tokio::test]
+async fn every_dialects_reader_returns_a_png_as_an_image_and_declares_no_output_schema() {
+    use toolyard_tools::dialect::Dialect;
+    let f = Fixture::new();
+    f.write("dot.png", &png());
+    let readers: &[(Dialect, &str, Value)] = &[
+        (Dialect::Loopr, "read_file", json!({"path": "dot.png"})),
+        (Dialect::Loom, "read_file", json!({"path": "dot.png"})),
+        (Dialect::LoomPy, "read_file", json!({"path": "dot.png"})),
+        (
+            Dialect::Gemini,
+            "read_file",
+            json!({"file_path": "dot.png"}),
+        ),
+        (Dialect::ClaudeCode, "Read", json!({"file_path": "dot.png"})),
+        (
+            Dialect::Anthropic,
+            "str_replace_based_edit_tool",
+            json!({"command": "view", "path": "dot.png"}),
+        ),
+    ];
+    for dialect in Dialect::ALL {
+        let tools = toolyard_tools::dialect::tools(&f.env, dialect).expect("tools");
+        for t in &tools {
+            // Gemini's read_many_files answers text only (binary files are listed as skipped).
+            let reads = (t.engine == "read_file" && t.tool.name() != "read_many_files")
+                || t.tool.name().starts_with("str_replace");
+            let def = toolyard_core::ToolDefinition::of(t.tool.as_ref(), None);
+            assert_eq!(
+                def.output_schema.is_none(),
+                reads,
+                "{dialect} {}: a tool that may return an image declares no output schema, \
+                 the others do",
+                t.tool.name()
+            );
+        }
+        let Some((_, name, args)) = readers.iter().find(|(d, _, _)| *d == dialect) else {
+            continue;
+        };
+        let tool = &tools
+            .iter()
+            .find(|t| t.tool.name() == *name)
+            .expect("the reader")
+            .tool;
+        let ctx = ToolContext::new(f.env.workspace.root(), "read-media-test");
+        let r = ToolResult::from(tool.invoke(args.clone(), &ctx).await);
+        assert!(r.success, "{dialect} {name}: {}", r.output);
+        assert_eq!(r.images.len(), 1, "{dialect} {name}: {}", r.output);
+        assert_eq!(r.images[0].data, PNG_1X1, "{dialect} {name}");
+        assert_eq!(r.images[0].mime_type, "image/png", "{dialect} {name}");
+    }
+}

@@ -289,11 +289,12 @@ async fn grep_honours_gitignore_hidden_and_noise_dirs_and_skips_binaries() {
     fs::write(f.root().join("bin.dat"), b"needle\0\x01\x02needle").unwrap();
     write(f.root(), "kept.txt", "needle\n");
     let r = f.grep(json!({"pattern": "needle"})).await;
-    // .gitignore, .hidden/ and .env are hidden (and counted); .git is never searched.
+    // .hidden/h.txt and .env are hidden and would match (and are named); .gitignore is
+    // hidden but holds no match; .git is never searched.
     assert_eq!(
         ok(&r),
         "kept.txt:1:needle\nsrc/target/t.rs:1:needle\n\
-         [3 hidden entries skipped; pass hidden: true to include them]\n"
+         [2 hidden files would also match: .env, .hidden/h.txt; pass hidden: true to include them]\n"
     );
     // `hidden` opens the dotfiles, never .git, node_modules or ignored files.
     let r = f.grep(json!({"pattern": "needle", "hidden": true})).await;
@@ -425,7 +426,8 @@ async fn glob_honours_gitignore_and_hidden_and_returns_files_only() {
     let r = f.glob(json!({"pattern": "**/*.yml"})).await;
     assert_eq!(
         ok(&r),
-        "conf/a.yml\n[1 hidden entry skipped; pass hidden: true to include them]\n"
+        "conf/a.yml\n[1 hidden file would also match: .github/workflows/ci.yml; pass hidden: \
+         true to include them]\n"
     );
     let r = f.glob(json!({"pattern": ".github/**/*.yml"})).await;
     assert_eq!(ok(&r), ".github/workflows/ci.yml\n");
@@ -534,7 +536,7 @@ async fn list_files_is_flat_or_recursive_with_seed_003_shape() {
 }
 
 #[tokio::test]
-async fn glob_counts_skipped_hidden_entries_and_includes_them_on_request() {
+async fn glob_names_the_hidden_files_that_would_match_and_includes_them_on_request() {
     let f = Fixture::new();
     write(f.root(), ".github/workflows/ci.yml", "");
     write(f.root(), ".hidden.yml", "");
@@ -543,13 +545,18 @@ async fn glob_counts_skipped_hidden_entries_and_includes_them_on_request() {
     write(f.root(), ".git/x.yml", "");
     write(f.root(), "node_modules/m.yml", "");
     let r = f.glob(json!({"pattern": "*.yml"})).await;
-    // `.github/` and `.hidden.yml` could hold matches; `.gitignore` cannot match `*.yml`, and
-    // `.git` is never searched, so neither counts.
+    // The two hidden files that match are named; `.gitignore` does not match `*.yml`, and
+    // `.git` is never searched.
     assert_eq!(
         ok(&r),
-        "conf/a.yml\n[2 hidden entries skipped; pass hidden: true to include them]\n"
+        "conf/a.yml\n[2 hidden files would also match: .github/workflows/ci.yml, .hidden.yml; \
+         pass hidden: true to include them]\n"
     );
     assert_eq!(r.data.as_ref().unwrap()["hidden_skipped"], 2);
+    assert_eq!(
+        r.data.as_ref().unwrap()["hidden_matching"],
+        json!([".github/workflows/ci.yml", ".hidden.yml"])
+    );
     let r = f.glob(json!({"pattern": "*.yml", "hidden": true})).await;
     let mut paths: Vec<&str> = ok(&r).lines().collect();
     paths.sort();
@@ -558,27 +565,34 @@ async fn glob_counts_skipped_hidden_entries_and_includes_them_on_request() {
         [".github/workflows/ci.yml", ".hidden.yml", "conf/a.yml"]
     );
     assert_eq!(r.data.as_ref().unwrap()["hidden_skipped"], 0);
-    // Nothing visible matches: the empty message still says where to look.
+    // Nothing visible matches: the note says which hidden file does.
     let r = f.glob(json!({"pattern": "ci.yml"})).await;
     assert_eq!(
         ok(&r),
         "No files match `ci.yml` in the workspace root.\n\
-         [1 hidden entry skipped; pass hidden: true to include them]\n"
+         [1 hidden file would also match: .github/workflows/ci.yml; pass hidden: true to include them]\n"
     );
+    // Hidden files and directories that hold no match are not mentioned at all.
+    let r = f.glob(json!({"pattern": "*.toml"})).await;
+    assert_eq!(ok(&r), "No files match `*.toml` in the workspace root.\n");
+    assert_eq!(r.data.as_ref().unwrap()["hidden_skipped"], 0);
 }
 
 #[tokio::test]
-async fn grep_counts_skipped_hidden_entries_and_includes_them_on_request() {
+async fn grep_names_the_hidden_files_that_would_match_and_includes_them_on_request() {
     let f = Fixture::new();
     write(f.root(), ".github/workflows/ci.yml", "needle\n");
     write(f.root(), ".env", "needle\n");
+    write(f.root(), ".cargo-ok", "ok\n");
+    write(f.root(), ".gitignore", "target\n");
     write(f.root(), "kept.txt", "needle\n");
     write(f.root(), ".git/config", "needle\n");
     write(f.root(), "node_modules/m.js", "needle\n");
     let r = f.grep(json!({"pattern": "needle"})).await;
     assert_eq!(
         ok(&r),
-        "kept.txt:1:needle\n[2 hidden entries skipped; pass hidden: true to include them]\n"
+        "kept.txt:1:needle\n[2 hidden files would also match: .env, .github/workflows/ci.yml; \
+         pass hidden: true to include them]\n"
     );
     assert_eq!(r.data.as_ref().unwrap()["hidden_skipped"], 2);
     let r = f.grep(json!({"pattern": "needle", "hidden": true})).await;
@@ -587,20 +601,80 @@ async fn grep_counts_skipped_hidden_entries_and_includes_them_on_request() {
         ".env:1:needle\n.github/workflows/ci.yml:1:needle\nkept.txt:1:needle\n"
     );
     assert_eq!(r.data.as_ref().unwrap()["hidden_skipped"], 0);
-    // A file pattern the hidden file cannot match does not count it.
+    // No hidden file the file pattern accepts holds a match: nothing to say.
     let r = f
         .grep(json!({"pattern": "needle", "file_pattern": "*.txt"}))
         .await;
+    assert_eq!(ok(&r), "kept.txt:1:needle\n");
+    // Hidden files exist (.cargo-ok, .gitignore), but none holds a match: no note, even for
+    // a search that found nothing.
+    let r = f.grep(json!({"pattern": "absent"})).await;
     assert_eq!(
         ok(&r),
-        "kept.txt:1:needle\n[1 hidden entry skipped; pass hidden: true to include them]\n"
+        "No matches for `absent` in the workspace root (1 files searched).\n"
     );
-    let r = f.grep(json!({"pattern": "absent"})).await;
+    // Only hidden files match: the empty answer names them.
+    let r = f.grep(json!({"pattern": "^ok$"})).await;
     assert!(
-        ok(&r).ends_with("[2 hidden entries skipped; pass hidden: true to include them]\n"),
+        ok(&r).ends_with(
+            "[1 hidden file would also match: .cargo-ok; pass hidden: true to include them]\n"
+        ),
         "{}",
         r.output
     );
+}
+
+#[tokio::test]
+async fn the_hidden_note_names_a_few_then_counts_the_rest() {
+    let f = Fixture::new();
+    for i in 0..9 {
+        write(f.root(), &format!(".cache/f{i}.txt"), "needle\n");
+    }
+    let r = f.grep(json!({"pattern": "needle"})).await;
+    assert_eq!(
+        ok(&r),
+        "No matches for `needle` in the workspace root (0 files searched).\n\
+         [9 hidden files would also match: .cache/f0.txt, .cache/f1.txt, .cache/f2.txt, \
+         .cache/f3.txt, .cache/f4.txt and 4 more; pass hidden: true to include them]\n"
+    );
+}
+
+#[tokio::test]
+async fn an_overflowing_grep_says_which_files_hold_how_many_matches() {
+    let f = Fixture::new();
+    // LICENSE comes first by path and takes the whole line budget; src/ holds fewer matches.
+    write(f.root(), "LICENSE", &"e license\n".repeat(300));
+    write(f.root(), "src/a.rs", &"e a\n".repeat(40));
+    write(f.root(), "src/b.rs", &"e b\n".repeat(40));
+    for i in 0..12 {
+        write(f.root(), &format!("src/m{i:02}.rs"), &"e m\n".repeat(i + 1));
+    }
+    let r = f.grep(json!({"pattern": "e"})).await;
+    let out = ok(&r);
+    let total = 300 + 40 + 40 + (1..=12).sum::<usize>();
+    assert!(
+        out.contains(&format!(
+            "({total} matches in 15 files in all); narrow the pattern or path, use file_pattern \
+             or type, or raise head_limit]\n"
+        )),
+        "{out}"
+    );
+    // The ten files with the most matches, most first (ties by path), then the rest summed.
+    let table = "[matching lines per file, most first:\n  LICENSE: 300\n  src/a.rs: 40\n  \
+                 src/b.rs: 40\n  src/m11.rs: 12\n  src/m10.rs: 11\n  src/m09.rs: 10\n  \
+                 src/m08.rs: 9\n  src/m07.rs: 8\n  src/m06.rs: 7\n  src/m05.rs: 6\n  \
+                 5 other files: 15]\n";
+    assert!(out.ends_with(table), "{out}");
+    let top = &r.data.as_ref().unwrap()["top_files"];
+    assert_eq!(top[0], json!({"path": "LICENSE", "matches": 300}));
+    // The same table when only files are listed and some are left out.
+    let r = f
+        .grep(json!({"pattern": "e", "output_mode": "count", "head_limit": 3}))
+        .await;
+    assert!(ok(&r).ends_with(table), "{}", r.output);
+    // Everything shown: no table.
+    let r = f.grep(json!({"pattern": "e", "path": "src/m00.rs"})).await;
+    assert!(!ok(&r).contains("per file"), "{}", r.output);
 }
 
 #[tokio::test]

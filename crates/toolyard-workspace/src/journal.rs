@@ -277,6 +277,19 @@ pub struct UndoOutcome {
     pub new_hash: Option<ContentHash>,
     /// `force` overrode a conflict (the file had changed since, or the change was already undone).
     pub forced: bool,
+    /// The file was already as before the change (its content changed back since, outside
+    /// the journal): nothing was written, the change is only marked undone.
+    #[serde(default)]
+    pub already: bool,
+}
+
+/// What [`Journal::undo_verdict`] found: a change may be undone now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UndoVerdict {
+    /// `force` overrode a conflict (the file changed since, or the change was already undone).
+    pub forced: bool,
+    /// The file already holds its content from before the change: undoing it writes nothing.
+    pub already: bool,
 }
 
 /// Retention of the journal, from the catalog's `[journal]` section. An unset limit takes its
@@ -332,6 +345,8 @@ impl<'a> From<&NewChange<'a>> for Pending<'a> {
 struct Recorded {
     id: ChangeId,
     old_hash: Option<ContentHash>,
+    /// The file's permission bits when recorded (`None`: it did not exist).
+    old_mode: Option<u32>,
 }
 
 /// The fields of a change to record (a [`NewChange`], or an undo).
@@ -730,8 +745,8 @@ impl Journal {
         let mut first = None;
         for out in done.iter().rev() {
             let again = self.get(out.undo).and_then(|target| {
-                let (path, current, forced) = self.check_undoable(ws, &target, false)?;
-                self.undo_checked(ws, target, path, current, forced, session, call_id, first)
+                let (path, current, verdict) = self.check_undoable(ws, &target, false)?;
+                self.undo_checked(ws, target, path, current, verdict, session, call_id, first)
             });
             match again {
                 Ok(o) => {
@@ -753,11 +768,11 @@ impl Journal {
         ws: &Workspace,
         target: &Change,
         force: bool,
-    ) -> Result<(RelPath, Option<ContentHash>, bool), ToolError> {
+    ) -> Result<(RelPath, Option<ContentHash>, UndoVerdict), ToolError> {
         let path = ws.relative(&target.path, ws.root())?;
         let current = ws.hash_of(&path)?;
-        let forced = self.undo_check(target, current.as_deref(), force)?;
-        Ok((path, current, forced))
+        let verdict = self.undo_verdict(target, current.as_deref(), force)?;
+        Ok((path, current, verdict))
     }
 
     /// Undo `target`, checked by [`Journal::check_undoable`]; the undo joins `group`.
@@ -768,11 +783,12 @@ impl Journal {
         target: Change,
         path: RelPath,
         current: Option<ContentHash>,
-        forced: bool,
+        verdict: UndoVerdict,
         session: &str,
         call_id: &str,
         group: Option<ChangeId>,
     ) -> Result<UndoOutcome, ToolError> {
+        let UndoVerdict { forced, already } = verdict;
         let id = target.id;
         let rec = self.record_pending(
             ws,
@@ -797,7 +813,15 @@ impl Journal {
             Some(h) => Expect::Hash(h.clone()),
             None => Expect::Missing,
         };
-        let restored = if target.existed {
+        // Already as before the change (and with its mode): there is nothing to write.
+        let nothing_to_write = already && (!target.existed || rec.old_mode == target.old_mode);
+        let restored = if nothing_to_write {
+            let bytes = match ws.metadata(&path) {
+                Ok(Some(m)) if target.existed => m.len(),
+                _ => 0,
+            };
+            Ok((!target.existed, bytes, rec.old_mode))
+        } else if target.existed {
             let mut reader = ChunkReader::new(&self.conn, &target);
             ws.write_atomic_from(&path, &mut reader, &expect, target.old_mode)
                 .map(|o| (false, o.bytes, Some(o.mode)))
@@ -819,6 +843,7 @@ impl Journal {
                     mode,
                     new_hash: target.old_hash,
                     forced,
+                    already,
                 })
             }
             Err(e) => {
@@ -842,6 +867,18 @@ impl Journal {
         current: Option<&str>,
         force: bool,
     ) -> Result<bool, ToolError> {
+        self.undo_verdict(target, current, force).map(|v| v.forced)
+    }
+
+    /// [`Journal::undo_check`], saying also whether the file is already as before the change
+    /// (its content changed back since, a formatter undoing an edit): that is no conflict, since
+    /// undoing it loses nothing; the undo then writes nothing and only marks the change undone.
+    pub fn undo_verdict(
+        &self,
+        target: &Change,
+        current: Option<&str>,
+        force: bool,
+    ) -> Result<UndoVerdict, ToolError> {
         let id = target.id;
         match target.status {
             ChangeStatus::Done => {}
@@ -865,7 +902,9 @@ impl Journal {
             }
             forced = true;
         }
-        if current != target.new_hash.as_deref() {
+        let already =
+            current != target.new_hash.as_deref() && current == target.old_hash.as_deref();
+        if current != target.new_hash.as_deref() && !already {
             if !force {
                 return Err(ToolError::Conflict(format!(
                     "{} changed since change {id} ({}); undoing it would lose those changes. Read the file and edit it instead, or undo with force (`force: true`; `--force` on the command line) to restore the content from before change {id} anyway",
@@ -879,7 +918,7 @@ impl Journal {
             }
             forced = true;
         }
-        Ok(forced)
+        Ok(UndoVerdict { forced, already })
     }
 
     /// Record the undo of `target` as a pending change whose previous content `pre` another
@@ -1138,7 +1177,11 @@ impl Journal {
                 None => None,
             };
             tx.commit().map_err(db_err)?;
-            Recorded { id, old_hash }
+            Recorded {
+                id,
+                old_hash,
+                old_mode: mode,
+            }
         };
         tracing::debug!(change = %rec.id, path = %p.path, tool = p.tool, existed = rec.old_hash.is_some(), "journaled change");
         let due = self.records.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;

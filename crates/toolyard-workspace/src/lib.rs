@@ -18,7 +18,7 @@ pub use hash::{ContentHash, hash_bytes, hash_reader};
 pub use journal::{
     CHUNK_SIZE, Change, ChangeFilter, ChangeId, ChangeStatus, DEFAULT_MAX_AGE_DAYS,
     DEFAULT_MAX_BYTES, DEFAULT_MAX_CHANGES, Journal, JournalConfig, NewChange, PreImage, UNDO_TOOL,
-    UndoOutcome, remove_stale_temps,
+    UndoOutcome, UndoVerdict, remove_stale_temps,
 };
 pub use ledger::{Ledger, LedgerLimits, LedgerUpdate, Via};
 pub use state::StateDir;

@@ -20,7 +20,9 @@ use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
-use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
+use crate::files::{
+    apply_edit, commit_write, expect_for_write, lines_before, read_media, read_tracked,
+};
 
 /// Lines of context around an edit in the snippet shown after it (the reference's
 /// `SNIPPET_LINES`).
@@ -188,6 +190,11 @@ impl TypedTool for TextEditor {
         Some(self.version.api_type())
     }
 
+    // `view` of an image answers with the image, as every dialect's read does.
+    fn returns_images(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: TextEditorArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         match self.exec(args, ctx).await {
             Ok(r) => Ok(r),
@@ -213,6 +220,13 @@ impl TextEditor {
         }
         let shown = args.path.clone();
         let write = args.command != "view";
+        // The full output of a cut command, by the path its note gave (or `output:<id>`).
+        if !write
+            && let Some(content) = crate::search::saved::read_all(&self.env, &args.path)
+                .map_err(|e| translate(e, &shown, false))?
+        {
+            return view_text(&args, &shown, &content, ctx);
+        }
         let ws = &self.env.workspace;
         let rel = ws
             .locate(&args.path, &ctx.cwd)
@@ -325,37 +339,28 @@ impl TextEditor {
         shown: &str,
         ctx: &ToolContext,
     ) -> Result<ToolResult, Fail> {
+        // An image comes back as an image block, and a PDF as its text, as every dialect's
+        // read gives them; a notebook is JSON text, shown as it is so it can be edited.
+        if !args.path.to_ascii_lowercase().ends_with(".ipynb")
+            && let Some(media) = read_media(&self.env, ctx, &args.path, None)
+                .await
+                .map_err(|e| translate(e, shown, false))?
+        {
+            if args.view_range.is_some() {
+                return Err(said(
+                    "invalid_arguments",
+                    format!(
+                        "The `view_range` parameter applies to text files; {shown} is not one."
+                    ),
+                ));
+            }
+            return Ok(media);
+        }
         // A view counts as the read that allows a later edit.
         let (_, content) = read_tracked(&self.env, ctx, &args.path)
             .await
             .map_err(|e| translate(e, shown, false))?;
-        let text = as_text(&content, shown)?;
-        let lines = lines_of(&text);
-        let n = lines.len();
-        let (from, to) = match &args.view_range {
-            None => (1, n),
-            Some(r) => view_window(r, n)?,
-        };
-        let body = numbered(&lines[from.saturating_sub(1)..to.min(n)], from);
-        let limit = args
-            .max_characters
-            .map_or(ctx.max_output_bytes, |m| {
-                usize::try_from(m).unwrap_or(usize::MAX)
-            })
-            .min(ctx.max_output_bytes)
-            .max(1);
-        let (body, clipped) = clip_chars(&body, limit);
-        let mut out = format!("Here's the result of running `cat -n` on {shown}:\n{body}\n");
-        if clipped {
-            out.push_str(CLIPPED);
-            out.push('\n');
-        }
-        Ok(ToolResult::ok(out).with_data(json!({
-            "lines": n,
-            "from": from,
-            "to": to,
-            "clipped": clipped,
-        })))
+        view_text(args, shown, &content, ctx)
     }
 
     async fn create(
@@ -568,7 +573,11 @@ impl TextEditor {
             ));
         };
         let others: Vec<&str> = undone[1..].iter().map(|o| o.path.as_str()).collect();
-        let also = if others.is_empty() {
+        let also = if out.already {
+            // Its content had changed back since (a formatter): nothing to write.
+            " The file already had its content from before that edit, so nothing was written."
+                .to_string()
+        } else if others.is_empty() {
             String::new()
         } else {
             format!(
@@ -597,6 +606,42 @@ impl TextEditor {
             .with_data(json!({"path": out.path, "undone": out.undone.0, "removed": out.removed}))
             .with_files_changed(undone.iter().map(|o| o.path.clone()).collect()))
     }
+}
+
+/// `content` as `view` shows a text file (`cat -n`, `view_range`, `max_characters`).
+fn view_text(
+    args: &TextEditorArgs,
+    shown: &str,
+    content: &[u8],
+    ctx: &ToolContext,
+) -> Result<ToolResult, Fail> {
+    let text = as_text(content, shown)?;
+    let lines = lines_of(&text);
+    let n = lines.len();
+    let (from, to) = match &args.view_range {
+        None => (1, n),
+        Some(r) => view_window(r, n)?,
+    };
+    let body = numbered(&lines[from.saturating_sub(1)..to.min(n)], from);
+    let limit = args
+        .max_characters
+        .map_or(ctx.max_output_bytes, |m| {
+            usize::try_from(m).unwrap_or(usize::MAX)
+        })
+        .min(ctx.max_output_bytes)
+        .max(1);
+    let (body, clipped) = clip_chars(&body, limit);
+    let mut out = format!("Here's the result of running `cat -n` on {shown}:\n{body}\n");
+    if clipped {
+        out.push_str(CLIPPED);
+        out.push('\n');
+    }
+    Ok(ToolResult::ok(out).with_data(json!({
+        "lines": n,
+        "from": from,
+        "to": to,
+        "clipped": clipped,
+    })))
 }
 
 /// The file as text, or the reference's read error for a binary one.

@@ -159,6 +159,10 @@ impl TypedTool for Read {
         Annotations::READ_ONLY
     }
 
+    fn returns_images(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: ReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         finish(self.exec(args, ctx).await)
     }
@@ -171,6 +175,12 @@ impl Read {
         ctx: &ToolContext,
     ) -> Result<ToolResult, Result<Fail, ToolError>> {
         let shown = args.file_path.clone();
+        // The full output of a cut command, by the path its note gave (or `output:<id>`).
+        if let Some(content) =
+            crate::search::saved::read_all(&self.env, &args.file_path).map_err(translate)?
+        {
+            return cat_n(&content, &shown, &args, ctx);
+        }
         let ws = &self.env.workspace;
         let rel = ws.locate(&args.file_path, &ctx.cwd).map_err(translate)?;
         match ws.metadata(&rel).map_err(translate)? {
@@ -208,49 +218,57 @@ impl Read {
         let (_, content) = read_tracked(&self.env, ctx, &args.file_path)
             .await
             .map_err(translate)?;
-        if content.is_empty() {
-            return Ok(ToolResult::ok(
+        cat_n(&content, &shown, &args, ctx)
+    }
+}
+
+/// `content` as Read shows a file (`cat -n`, from `offset`, `limit` lines), `shown` naming it.
+fn cat_n(
+    content: &[u8],
+    shown: &str,
+    args: &ReadArgs,
+    ctx: &ToolContext,
+) -> Result<ToolResult, Result<Fail, ToolError>> {
+    if content.is_empty() {
+        return Ok(ToolResult::ok(
                 "<system-reminder>Warning: the file exists but the contents are empty.</system-reminder>",
             )
             .with_data(json!({"lines": 0})));
-        }
-        if content.contains(&0) {
-            return Err(Ok((
-                "binary",
-                format!(
-                    "{shown} is a binary file (it holds NUL bytes) and cannot be read as text."
-                ),
-            )));
-        }
-        let text = String::from_utf8_lossy(&content);
-        let lines = lines_of(&text);
-        let n = lines.len();
-        let from = usize::try_from(args.offset.unwrap_or(1).max(1)).unwrap_or(usize::MAX);
-        let limit = usize::try_from(args.limit.unwrap_or(DEFAULT_LINES as u64).max(1))
-            .unwrap_or(usize::MAX);
-        if from > n {
-            return Ok(ToolResult::ok(format!(
+    }
+    if content.contains(&0) {
+        return Err(Ok((
+            "binary",
+            format!("{shown} is a binary file (it holds NUL bytes) and cannot be read as text."),
+        )));
+    }
+    let text = String::from_utf8_lossy(content);
+    let lines = lines_of(&text);
+    let n = lines.len();
+    let from = usize::try_from(args.offset.unwrap_or(1).max(1)).unwrap_or(usize::MAX);
+    let limit =
+        usize::try_from(args.limit.unwrap_or(DEFAULT_LINES as u64).max(1)).unwrap_or(usize::MAX);
+    if from > n {
+        return Ok(ToolResult::ok(format!(
                 "<system-reminder>Warning: the file exists but is shorter than the provided offset ({from}). The file has {n} lines.</system-reminder>"
             ))
             .with_data(json!({"lines": n})));
-        }
-        let to = from.saturating_add(limit - 1).min(n);
-        let mut body = numbered(&lines[from - 1..to], from);
-        if body.len() > ctx.max_output_bytes {
-            let mut cut = ctx.max_output_bytes;
-            while !body.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            body.truncate(cut);
-            body.push_str("\n[output cut to fit; read on with offset and limit]");
-        } else if to < n {
-            body.push_str(&format!(
-                "\n[lines {from}-{to} of {n} shown; read on with offset {}]",
-                to + 1
-            ));
-        }
-        Ok(ToolResult::ok(body).with_data(json!({"lines": n, "from": from, "to": to})))
     }
+    let to = from.saturating_add(limit - 1).min(n);
+    let mut body = numbered(&lines[from - 1..to], from);
+    if body.len() > ctx.max_output_bytes {
+        let mut cut = ctx.max_output_bytes;
+        while !body.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        body.truncate(cut);
+        body.push_str("\n[output cut to fit; read on with offset and limit]");
+    } else if to < n {
+        body.push_str(&format!(
+            "\n[lines {from}-{to} of {n} shown; read on with offset {}]",
+            to + 1
+        ));
+    }
+    Ok(ToolResult::ok(body).with_data(json!({"lines": n, "from": from, "to": to})))
 }
 
 /// Arguments of `Write`.
@@ -1238,7 +1256,12 @@ pub fn tools(
     if let Some(t) = engine(loopr, "write_file") {
         v.push(Arc::new(Typed(Write { write_file: t })));
     }
-    if let Some(t) = engine(loopr, "glob") {
+    // Glob and Grep: the engine's, their hints in Claude Code's parameter names.
+    {
+        let t: Arc<dyn Tool> = Arc::new(Typed(crate::search::GlobTool::speaking(
+            env.clone(),
+            crate::search::Vocab::CLAUDE_CODE_GLOB,
+        )));
         v.push(Arc::new(Typed(Adapter {
             name: "Glob",
             description: "Fast file pattern matching: finds files by glob (`**/*.js`, \
@@ -1250,7 +1273,11 @@ pub fn tools(
             after: same,
         })));
     }
-    if let Some(t) = engine(loopr, "grep") {
+    {
+        let t: Arc<dyn Tool> = Arc::new(Typed(crate::search::GrepTool::speaking(
+            env.clone(),
+            crate::search::Vocab::CLAUDE_CODE_GREP,
+        )));
         v.push(Arc::new(Typed(Adapter {
             name: "Grep",
             description: "Searches file contents with a regular expression (ripgrep syntax). \

@@ -269,7 +269,7 @@ fn unified_result(
                 let _ = writeln!(text, "(the process {})", e.describe());
             }
             // Its last output is read: the id is free.
-            process::table(commands).remove(&proc.id);
+            process::forget(commands, proc, e, taken.log.as_deref());
         }
         _ => {
             let _ = writeln!(text, "Process running with session ID {}", proc.id);
@@ -390,11 +390,14 @@ impl TypedTool for WriteStdin {
         let proc = process::table(commands)
             .get(&ctx.session_id, &id)
             .map_err(|_| {
-                ToolError::NotFound(format!(
-                    "Unknown process id {id}: session_id must be one exec_command returned \
-                     (e.g. `net-3`) while it was still running; a session that has exited is gone, \
-                     run exec_command again"
-                ))
+                ToolError::NotFound(match process::reported_end(&ctx.session_id, &id) {
+                    Some(why) => format!("Unknown process id {id}: the session {why}"),
+                    None => format!(
+                        "Unknown process id {id}: session_id must be one exec_command returned \
+                         (e.g. `net-3`) while it was still running; a session that has exited \
+                         is gone, run exec_command again"
+                    ),
+                })
             })?;
         let chars = args.chars.unwrap_or_default();
         let yield_ms = if chars.is_empty() {

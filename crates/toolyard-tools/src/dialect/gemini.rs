@@ -167,6 +167,7 @@ impl TypedTool for Glob {
             args,
             !a.case_sensitive.unwrap_or(false),
             !a.respect_git_ignore.unwrap_or(true),
+            &crate::search::Vocab::GEMINI_GLOB,
         )
         .await
     }
@@ -661,7 +662,12 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>
     }
     v.push(Arc::new(Typed(Replace { env: env.clone() })));
     v.push(Arc::new(Typed(Glob { env: env.clone() })));
-    if let Some(inner) = find("grep") {
+    {
+        // Its hints name Gemini's parameters (dir_path, include_pattern, total_max_matches).
+        let inner: Arc<dyn Tool> = Arc::new(Typed(crate::search::GrepTool::speaking(
+            env.clone(),
+            crate::search::Vocab::GEMINI_GREP,
+        )));
         for name in ["search_file_content", "grep_search"] {
             v.push(Arc::new(Typed(Adapter {
                 name,

@@ -83,7 +83,11 @@ impl TypedTool for LoomReadFile {
     async fn run(&self, args: LoomReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         // Images, PDFs and notebooks through the shared engine, in the seed's shape: what the
         // engine shows as `contents`, its image blocks kept beside it.
-        if let Some(media) = read_media(&self.env, ctx, &args.path, None).await? {
+        // The full output of a cut command, by the path its note gave (or `output:<id>`).
+        let saved = crate::search::saved::read_all(&self.env, &args.path)?;
+        if saved.is_none()
+            && let Some(media) = read_media(&self.env, ctx, &args.path, None).await?
+        {
             let rel = self.env.workspace.locate(&args.path, &ctx.cwd)?;
             let mut shaped = json_result(json!({
                 "path": self.env.workspace.absolute(&rel).display().to_string(),
@@ -93,8 +97,14 @@ impl TypedTool for LoomReadFile {
             shaped.images = media.images;
             return Ok(shaped);
         }
-        let (rel, content) = read_tracked(&self.env, ctx, &args.path).await?;
-        let ws = &self.env.workspace;
+        let (shown, content) = match saved {
+            Some(content) => (args.path.clone(), content),
+            None => {
+                let (rel, content) = read_tracked(&self.env, ctx, &args.path).await?;
+                let ws = &self.env.workspace;
+                (ws.absolute(&rel).display().to_string(), content)
+            }
+        };
         let max = args.max_bytes.unwrap_or(ctx.max_output_bytes as u64) as usize;
         let truncated = content.len() > max;
         let mut end = content.len().min(max);
@@ -104,7 +114,7 @@ impl TypedTool for LoomReadFile {
         }
         let contents = String::from_utf8_lossy(&content[..end]).into_owned();
         Ok(json_result(json!({
-            "path": ws.absolute(&rel).display().to_string(),
+            "path": shown,
             "contents": contents,
             "truncated": truncated,
         })))

@@ -57,7 +57,11 @@ impl TypedTool for PyReadFile {
 
     async fn run(&self, args: PyReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         // Images, PDFs and notebooks through the shared engine, in the seed's result shape.
-        if let Some(media) = read_media(&self.env, ctx, &args.path, None).await? {
+        // The full output of a cut command, by the path its note gave (or `output:<id>`).
+        let saved = crate::search::saved::read_all(&self.env, &args.path)?;
+        if saved.is_none()
+            && let Some(media) = read_media(&self.env, ctx, &args.path, None).await?
+        {
             if args.line_range.is_some() {
                 return Err(ToolError::InvalidArguments(format!(
                     "line_range applies to text files, and {} is not one; read it without line_range",
@@ -67,7 +71,13 @@ impl TypedTool for PyReadFile {
             // The engine's text and data ({path, kind, ...}) are already seed 002's shape.
             return Ok(media);
         }
-        let (rel, content) = read_tracked(&self.env, ctx, &args.path).await?;
+        let (rel, content) = match saved {
+            Some(content) => (args.path.clone(), content),
+            None => {
+                let (rel, content) = read_tracked(&self.env, ctx, &args.path).await?;
+                (rel.as_str().to_string(), content)
+            }
+        };
         let text = String::from_utf8_lossy(&content);
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let (start, end) = match args.line_range {
@@ -103,7 +113,7 @@ impl TypedTool for PyReadFile {
             ));
         }
         Ok(ToolResult::ok(output).with_data(json!({
-            "path": rel.as_str(),
+            "path": rel,
             "start_line": start,
             "end_line": end,
             "total_lines": lines.len(),
@@ -257,7 +267,7 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>
         })),
         Arc::new(Typed(ShellExecute { commands })),
         Arc::new(Typed(SearchFiles {
-            inner: GrepTool::new(env.clone()),
+            inner: GrepTool::speaking(env.clone(), crate::search::Vocab::LOOM_PY_SEARCH),
         })),
     ]
 }

@@ -180,6 +180,12 @@ where
         self.annotations
     }
 
+    // A dialect's read answers an image as the engine's does: it then declares no output
+    // schema either (a client checks results against one).
+    fn returns_images(&self) -> bool {
+        self.target.returns_images()
+    }
+
     async fn run(&self, args: A, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         match (self.shape)(args) {
             Shaped::Call { args, memo } => (self.after)(self.target.invoke(args, ctx).await, &memo),

@@ -21,11 +21,14 @@ pub const DEFAULT_LIMIT: usize = 1000;
 pub const MAX_LINE_CHARS: usize = 2000;
 
 /// Arguments of `read_file`.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadFileArgs {
-    /// File path, relative to the workspace root (or absolute inside it).
-    pub path: String,
+    /// File path, relative to the workspace root (or absolute inside it); or a saved command
+    /// output: the path a cut command output named (`.../outputs/<id>.log`), or `output:<id>`.
+    /// To read several files at once, give `paths` or `reads` instead.
+    #[serde(default)]
+    pub path: Option<String>,
     /// First line to show, 1-indexed (default 1).
     #[schemars(range(min = 1))]
     pub offset: Option<usize>,
@@ -35,7 +38,36 @@ pub struct ReadFileArgs {
     /// PDF only: the pages to read, e.g. `"1-3"`, `"5"` or `"1,4-6"` (default: from page 1 on,
     /// as many as fit).
     pub pages: Option<String>,
+    /// Several files in one call, each read as `path` is (`offset` and `limit` apply to each),
+    /// e.g. `["src/a.rs", "src/b.rs"]`. Each counts as read for a later edit.
+    #[serde(default)]
+    pub paths: Option<Vec<String>>,
+    /// Several files or line ranges in one call, e.g. `[{"path": "src/a.rs", "offset": 40,
+    /// "limit": 30}, {"path": "src/b.rs"}]`. Each counts as read for a later edit.
+    #[serde(default)]
+    pub reads: Option<Vec<ReadSpec>>,
 }
+
+/// One read of several (`reads` of `read_file`).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadSpec {
+    /// File path, as for `path`.
+    pub path: String,
+    /// First line to show, 1-indexed (default: the call's `offset`, else 1).
+    #[schemars(range(min = 1))]
+    pub offset: Option<usize>,
+    /// Most lines to show (default: the call's `limit`, else 1000).
+    #[schemars(range(min = 1))]
+    pub limit: Option<usize>,
+    /// PDF only: the pages to read.
+    pub pages: Option<String>,
+}
+
+/// Most files (or ranges) one `read_file` call reads.
+pub const MAX_READS: usize = 50;
+/// The least output a file of several gets, however many share the budget.
+const MIN_SHARE: usize = 2048;
 
 /// The largest image sent (bytes): Claude's API refuses images over 5 MB; a bigger image is
 /// scaled down until it fits.
@@ -262,10 +294,13 @@ impl TypedTool for ReadFile {
     fn description(&self) -> &str {
         "Read a text file with line numbers (`     N|line`). Shows up to 1000 lines from `offset` \
          (1-indexed); long lines and large outputs are cut with a note saying how to read on. \
-         A file must be read before write_file or edit_file may change it. Images (PNG, JPEG, \
-         GIF, WebP; large ones scaled down) come back as an image; a PDF as its text page by page (`pages`: \
-         \"1-3\", \"5\"); a Jupyter notebook (.ipynb) as its numbered cells with their outputs. \
-         Other binary files are refused with what they are."
+         Several files or ranges in one call: `paths` [\"a.rs\", \"b.rs\"] or `reads` \
+         [{\"path\": \"a.rs\", \"offset\": 40, \"limit\": 30}, ...], each after a `==> path <==` \
+         line. A file must be read before write_file or edit_file may change it. Images (PNG, \
+         JPEG, GIF, WebP; large ones scaled down) come back as an image; a PDF as its text page \
+         by page (`pages`: \"1-3\", \"5\"); a Jupyter notebook (.ipynb) as its numbered cells \
+         with their outputs. Other binary files are refused with what they are. The full output \
+         of a command that was cut is read by the path its note gives (or `output:<id>`)."
     }
 
     fn annotations(&self) -> Annotations {
@@ -277,25 +312,142 @@ impl TypedTool for ReadFile {
     }
 
     async fn run(&self, args: ReadFileArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let ws = &self.env.workspace;
-        let rel = ws.locate(&args.path, &ctx.cwd)?;
-        let offset = args.offset.unwrap_or(1);
-        let limit = args.limit.unwrap_or(DEFAULT_LIMIT);
+        let several = args.paths.is_some() || args.reads.is_some();
+        let mut items: Vec<ReadSpec> = Vec::new();
+        if let Some(path) = args.path {
+            items.push(ReadSpec {
+                path,
+                offset: args.offset,
+                limit: args.limit,
+                pages: args.pages.clone(),
+            });
+        }
+        for path in args.paths.unwrap_or_default() {
+            items.push(ReadSpec {
+                path,
+                offset: args.offset,
+                limit: args.limit,
+                pages: None,
+            });
+        }
+        for r in args.reads.unwrap_or_default() {
+            items.push(ReadSpec {
+                offset: r.offset.or(args.offset),
+                limit: r.limit.or(args.limit),
+                ..r
+            });
+        }
+        match items.len() {
+            0 if several => Err(ToolError::InvalidArguments(
+                "read_file: `paths` and `reads` are empty; name at least one file".into(),
+            )),
+            0 => Err(ToolError::InvalidArguments(
+                "read_file: give `path` (one file), or `paths` (several files) or `reads` \
+                 ([{path, offset, limit}], several files or ranges)"
+                    .into(),
+            )),
+            n if n > MAX_READS => Err(ToolError::InvalidArguments(format!(
+                "read_file: {n} files asked for; one call reads at most {MAX_READS}, so split \
+                 them over several calls"
+            ))),
+            // One file, however it was asked for, reads as `path` does.
+            1 => self.read_one(items.remove(0), ctx).await,
+            _ => self.read_several(items, ctx).await,
+        }
+    }
+}
+
+impl ReadFile {
+    /// Several reads in one answer: each after a `==> path <==` line, as `head` prints several
+    /// files, sharing the output budget (what one leaves goes to the next). One that fails
+    /// says why in its place; the others are read all the same.
+    async fn read_several(
+        &self,
+        items: Vec<ReadSpec>,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, ToolError> {
+        let n = items.len();
+        let mut left = ctx.max_output_bytes;
+        let mut out = String::new();
+        let mut files = Vec::with_capacity(n);
+        let mut images = Vec::new();
+        let mut failed = 0;
+        for (i, item) in items.into_iter().enumerate() {
+            let header = format!("==> {} <==\n", item.path);
+            let mut sub = ctx.clone();
+            sub.max_output_bytes = (left / (n - i)).max(MIN_SHARE);
+            let path = item.path.clone();
+            let r = match self.read_one(item, &sub).await {
+                Err(ToolError::Cancelled) => return Err(ToolError::Cancelled),
+                r => ToolResult::from(r),
+            };
+            if i > 0 {
+                out.push('\n');
+            }
+            out.push_str(&header);
+            out.push_str(&r.output);
+            if !r.output.ends_with('\n') {
+                out.push('\n');
+            }
+            left = left.saturating_sub(header.len() + r.output.len() + 1);
+            if r.success {
+                files.push(r.data.unwrap_or_else(|| json!({"path": path})));
+            } else {
+                failed += 1;
+                files.push(json!({
+                    "path": path,
+                    "error": r.error.unwrap_or_else(|| r.output.clone()),
+                    "error_kind": r.error_kind,
+                }));
+            }
+            images.extend(r.images);
+        }
+        let data = json!({"files": files, "read": n - failed, "failed": failed});
+        if failed == n {
+            // Each section says why already.
+            return Ok(ToolResult {
+                success: false,
+                output: out,
+                data: Some(data),
+                files_changed: Vec::new(),
+                error: Some(format!("none of the {n} files could be read")),
+                error_kind: Some("read_failed".into()),
+                images: Vec::new(),
+            });
+        }
+        let mut r = ToolResult::ok(out).with_data(data);
+        r.images = images;
+        Ok(r)
+    }
+
+    /// One read: a workspace file (text, image, PDF, notebook) or a saved command output.
+    async fn read_one(&self, spec: ReadSpec, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let ReadSpec {
+            path,
+            offset,
+            limit,
+            pages,
+        } = spec;
+        let offset = offset.unwrap_or(1);
+        let limit = limit.unwrap_or(DEFAULT_LIMIT);
         if offset == 0 || limit == 0 {
             return Err(ToolError::InvalidArguments(
                 "read_file: offset and limit start at 1".into(),
             ));
         }
+        if let Some(saved) = crate::search::saved::open(&self.env, &path)? {
+            return read_saved(saved, offset, limit, ctx);
+        }
+        let ws = &self.env.workspace;
+        let rel = ws.locate(&path, &ctx.cwd)?;
         let mut file = ws.open_file(&rel)?;
         let mut head = [0u8; 16];
         let head_len = read_head(&mut file, &mut head).map_err(|e| ws.map_err(e, &rel))?;
         let kind = Kind::sniff(&head[..head_len], rel.as_str());
         if !matches!(kind, Kind::Text) {
-            return self
-                .read_document(kind, &rel, &head[..head_len], file, args, ctx)
-                .await;
+            return read_document(&self.env, kind, &rel, &head[..head_len], file, pages, ctx).await;
         }
-        if args.pages.is_some() {
+        if pages.is_some() {
             return Err(ToolError::InvalidArguments(format!(
                 "read_file: `pages` applies to PDF files only, and {rel} is not a PDF; use \
                  offset and limit to choose its lines"
@@ -334,54 +486,108 @@ impl TypedTool for ReadFile {
             .record_read(&ctx.session_id, &rel, &hash)
             .await?;
 
-        if bytes == 0 {
-            return Ok(ToolResult::ok(format!("{rel} is empty (0 bytes)."))
-                .with_data(json!({"path": rel.as_str(), "total_lines": 0, "bytes": 0})));
-        }
-        let window = windower.finish();
-        if window.last == 0 && !window.capped {
-            return Err(ToolError::InvalidArguments(format!(
-                "offset {offset} is past the end of {rel}, which has {} lines",
-                window.total_lines
-            )));
-        }
-        let mut notes = Vec::new();
-        if window.lossy {
-            notes.push(
-                "the file is not valid UTF-8; invalid bytes are shown as \u{FFFD}".to_string(),
-            );
-        }
-        if window.long_lines_cut {
-            notes.push(format!(
-                "lines longer than {MAX_LINE_CHARS} characters were cut"
-            ));
-        }
-        let next = (window.last < window.total_lines).then_some(window.last + 1);
-        let mut out = window.text;
-        if let Some(next) = next {
-            let why = if window.capped {
-                format!("output reached the {} byte limit", ctx.max_output_bytes)
-            } else {
-                format!("showing lines {}-{}", window.first, window.last)
-            };
-            notes.push(format!(
-                "{rel} has {} lines; {why}; continue with offset={next}",
-                window.total_lines
-            ));
-        }
-        for note in &notes {
-            out.push_str(&format!("[{note}]\n"));
-        }
-        Ok(ToolResult::ok(out).with_data(json!({
-            "path": rel.as_str(),
-            "total_lines": window.total_lines,
-            "first_line": window.first,
-            "last_line": window.last,
-            "next_offset": next,
-            "bytes": bytes,
-            "lossy_utf8": window.lossy,
-        })))
+        window_result(
+            windower.finish(),
+            rel.as_str(),
+            offset,
+            bytes,
+            ctx.max_output_bytes,
+        )
     }
+}
+
+/// The answer to a text read: the window's numbered lines, then notes (what was cut, how to
+/// read on), `shown` naming the file.
+fn window_result(
+    window: Window,
+    shown: &str,
+    offset: usize,
+    bytes: u64,
+    max_bytes: usize,
+) -> Result<ToolResult, ToolError> {
+    if bytes == 0 {
+        return Ok(ToolResult::ok(format!("{shown} is empty (0 bytes)."))
+            .with_data(json!({"path": shown, "total_lines": 0, "bytes": 0})));
+    }
+    if window.last == 0 && !window.capped {
+        return Err(ToolError::InvalidArguments(format!(
+            "offset {offset} is past the end of {shown}, which has {} lines",
+            window.total_lines
+        )));
+    }
+    let mut notes = Vec::new();
+    if window.lossy {
+        notes.push("the file is not valid UTF-8; invalid bytes are shown as \u{FFFD}".to_string());
+    }
+    if window.long_lines_cut {
+        notes.push(format!(
+            "lines longer than {MAX_LINE_CHARS} characters were cut"
+        ));
+    }
+    let next = (window.last < window.total_lines).then_some(window.last + 1);
+    let mut out = window.text;
+    if let Some(next) = next {
+        let why = if window.capped {
+            format!("output reached the {max_bytes} byte limit")
+        } else {
+            format!("showing lines {}-{}", window.first, window.last)
+        };
+        notes.push(format!(
+            "{shown} has {} lines; {why}; continue with offset={next}",
+            window.total_lines
+        ));
+    }
+    for note in &notes {
+        out.push_str(&format!("[{note}]\n"));
+    }
+    Ok(ToolResult::ok(out).with_data(json!({
+        "path": shown,
+        "total_lines": window.total_lines,
+        "first_line": window.first,
+        "last_line": window.last,
+        "next_offset": next,
+        "bytes": bytes,
+        "lossy_utf8": window.lossy,
+    })))
+}
+
+/// A saved command output, read as a text file is (numbered lines, `offset`/`limit`); it is
+/// not a workspace file, so nothing is recorded, and a command's bytes are shown as they are
+/// (invalid UTF-8 replaced).
+fn read_saved(
+    saved: crate::search::saved::SavedOutput,
+    offset: usize,
+    limit: usize,
+    ctx: &ToolContext,
+) -> Result<ToolResult, ToolError> {
+    let mut windower = Windower::new(offset, limit, ctx.max_output_bytes);
+    let mut file = saved.file;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut bytes = 0u64;
+    loop {
+        if ctx.cancel.is_cancelled() {
+            return Err(ToolError::Cancelled);
+        }
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| ToolError::Io(format!("reading the saved output {}: {e}", saved.shown)))?;
+        if n == 0 {
+            break;
+        }
+        bytes += n as u64;
+        windower.push(&buf[..n]);
+    }
+    let mut r = window_result(
+        windower.finish(),
+        &saved.shown,
+        offset,
+        bytes,
+        ctx.max_output_bytes,
+    )?;
+    if let Some(d) = r.data.as_mut() {
+        d["saved_output"] = json!(saved.path);
+    }
+    Ok(r)
 }
 
 /// The media engine every dialect's read shares: when the file at the path argument `path` is
@@ -406,29 +612,9 @@ pub async fn read_media(
     if kind == Kind::Text {
         return Ok(None);
     }
-    let args = ReadFileArgs {
-        path: path.to_string(),
-        offset: None,
-        limit: None,
-        pages,
-    };
-    read_document(env, kind, &rel, &head[..head_len], file, args, ctx)
+    read_document(env, kind, &rel, &head[..head_len], file, pages, ctx)
         .await
         .map(Some)
-}
-
-impl ReadFile {
-    async fn read_document(
-        &self,
-        kind: Kind,
-        rel: &RelPath,
-        head: &[u8],
-        file: cap_std::fs::File,
-        args: ReadFileArgs,
-        ctx: &ToolContext,
-    ) -> Result<ToolResult, ToolError> {
-        read_document(&self.env, kind, rel, head, file, args, ctx).await
-    }
 }
 
 /// An image, a PDF or a notebook: read whole (capped), recorded, then shown its own way.
@@ -438,7 +624,7 @@ async fn read_document(
     rel: &RelPath,
     head: &[u8],
     file: cap_std::fs::File,
-    args: ReadFileArgs,
+    pages: Option<String>,
     ctx: &ToolContext,
 ) -> Result<ToolResult, ToolError> {
     let ws = &env.workspace;
@@ -475,7 +661,7 @@ async fn read_document(
         .map_err(|e| ws.map_err(e, rel))?;
     let hash = blake3::hash(&content).to_hex().to_string();
     env.records.record_read(&ctx.session_id, rel, &hash).await?;
-    if args.pages.is_some() && kind != Kind::Pdf {
+    if pages.is_some() && kind != Kind::Pdf {
         return Err(ToolError::InvalidArguments(format!(
             "read_file: `pages` applies to PDF files only, and {rel} is {}",
             kind.describe()
@@ -483,7 +669,7 @@ async fn read_document(
     }
     match kind {
         Kind::Image(mime) => image_result(rel, mime, &content),
-        Kind::Pdf => pdf_result(rel, &content, args.pages.as_deref(), ctx.max_output_bytes),
+        Kind::Pdf => pdf_result(rel, &content, pages.as_deref(), ctx.max_output_bytes),
         Kind::Notebook => notebook_result(rel, &content, ctx.max_output_bytes),
         Kind::Text => Err(ToolError::Unavailable(
             "read_file: a text file reached the document reader".into(),

@@ -1,6 +1,5 @@
 //! `glob`: find files by path pattern (ignore + globset), newest first.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,8 +14,9 @@ use toolyard_core::shape::head_tail;
 use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 use toolyard_workspace::{RelPath, Workspace};
 
+use super::Vocab;
 use super::pattern::PathGlob;
-use super::walk;
+use super::walk::{self, HiddenProbe, HiddenSkipped};
 use crate::ToolEnv;
 
 /// Most paths `glob` shows.
@@ -27,7 +27,7 @@ first. A pattern without `/` matches file names at any depth (`*.rs` = `**/*.rs`
 .gitignore); a pattern with `/` is anchored at `path` (`src/*.rs` only directly in src, \
 `src/**/mod.rs` at any depth below it). `*` stays within one directory, `**` crosses them, \
 `{a,b}` and `[a-z]` work; case-sensitive. Returns files only (not directories or symlinks). \
-Honours .gitignore; skips hidden files (and says how many) unless `hidden` is true or the \
+Honours .gitignore; skips hidden files (and names those that would match) unless `hidden` is true or the \
 pattern names a hidden component (`.github/**`); always skips .git, node_modules, __pycache__ \
 and cargo target dirs. Shows at most 100 paths and says how many more matched.";
 
@@ -81,9 +81,8 @@ pub struct GlobOutcome {
     pub hits: Vec<GlobHit>,
     /// Files that matched, returned or not.
     pub total: u64,
-    /// Hidden entries skipped that could have held matches (hidden directories, and hidden
-    /// files the pattern matches).
-    pub hidden_skipped: u64,
+    /// The hidden files skipped that would have matched.
+    pub hidden: HiddenSkipped,
 }
 
 /// Find the files beneath `query.root` matching `query.pattern`, newest first.
@@ -122,6 +121,8 @@ pub fn find(
     } else {
         query.root.as_str()
     };
+    // Hidden files are walked only to say which would have matched, unless asked for.
+    let probe = (!(query.hidden || glob.wants_hidden)).then(|| Arc::new(HiddenProbe::default()));
     let shared = Shared {
         ws,
         ws_root: ws.root().as_os_str().as_encoded_bytes(),
@@ -129,19 +130,12 @@ pub fn find(
         glob: &glob,
         limit: query.limit,
         cancel,
+        probe: probe.as_deref(),
         merged: Mutex::new(Collected::default()),
     };
-    let skipped = Arc::new(AtomicU64::new(0));
-    let mut walker = if query.hidden || glob.wants_hidden {
-        walk::builder(ws, &ws.absolute(&walk_root), true)
-    } else {
-        let matcher = glob.clone();
-        let ws_root = shared.ws_root.to_vec();
-        let prefix = shared.search_prefix.to_vec();
-        walk::builder_counting_hidden(ws, &ws.absolute(&walk_root), skipped.clone(), move |e| {
-            walk::rel_bytes(e.path(), &ws_root)
-                .is_some_and(|rel| matcher.is_match(walk::below(rel, &prefix)))
-        })
+    let mut walker = match &probe {
+        None => walk::builder(ws, &ws.absolute(&walk_root), true),
+        Some(p) => walk::builder_probing_hidden(ws, &ws.absolute(&walk_root), p.clone()),
     };
     if query.no_git_ignore {
         walker
@@ -173,7 +167,7 @@ pub fn find(
     Ok(GlobOutcome {
         hits: collected.hits,
         total: collected.total,
-        hidden_skipped: skipped.load(Ordering::Relaxed),
+        hidden: probe.map(|p| p.finish()).unwrap_or_default(),
     })
 }
 
@@ -190,6 +184,8 @@ struct Shared<'a> {
     glob: &'a PathGlob,
     limit: Option<usize>,
     cancel: &'a CancellationToken,
+    /// Set when hidden files are left out: what would have matched among them.
+    probe: Option<&'a HiddenProbe>,
     merged: Mutex<Collected>,
 }
 
@@ -258,11 +254,17 @@ impl Visitor<'_, '_> {
         let Some(rel) = walk::rel_bytes(entry.path(), self.shared.ws_root) else {
             return;
         };
-        if !self
+        let below = walk::below(rel, self.shared.search_prefix);
+        let hidden = self
             .shared
-            .glob
-            .is_match(walk::below(rel, self.shared.search_prefix))
+            .probe
+            .filter(|_| entry.depth() > 0 && walk::is_hidden_below(below));
+        if let Some(probe) = hidden
+            && !probe.take_file()
         {
+            return;
+        }
+        if !self.shared.glob.is_match(below) {
             return;
         }
         // The walker lists directories by their absolute paths, so a directory swapped for a
@@ -281,6 +283,11 @@ impl Visitor<'_, '_> {
         else {
             return;
         };
+        if let Some(probe) = hidden {
+            // Not a hit: only named in the note (and checked beneath the root like a hit).
+            probe.matched(rel);
+            return;
+        }
         let modified = meta.modified().map_or(UNIX_EPOCH, |t| t.into_std());
         let size = meta.len();
         self.local.total += 1;
@@ -352,15 +359,24 @@ where
     }
 }
 
-/// The `glob` tool (loopr dialect).
+/// The `glob` tool (loopr dialect), and the engine of dialects' globs.
 pub struct GlobTool {
     env: Arc<ToolEnv>,
+    vocab: Vocab,
 }
 
 impl GlobTool {
     /// A `glob` over `env`'s workspace.
     pub fn new(env: Arc<ToolEnv>) -> Self {
-        Self { env }
+        Self {
+            env,
+            vocab: Vocab::LOOPR_GLOB,
+        }
+    }
+
+    /// The same, its hints in a dialect's words (`vocab`).
+    pub fn speaking(env: Arc<ToolEnv>, vocab: Vocab) -> Self {
+        Self { env, vocab }
     }
 }
 
@@ -381,18 +397,20 @@ impl TypedTool for GlobTool {
     }
 
     async fn run(&self, args: GlobArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        glob_result(&self.env, ctx, args, false, false).await
+        glob_result(&self.env, ctx, args, false, false, &self.vocab).await
     }
 }
 
 /// What the `glob` tool answers for `args`, matching case-insensitively or not leaving out
-/// what .gitignore ignores when asked (dialects whose glob has those switches).
+/// what .gitignore ignores when asked (dialects whose glob has those switches), its hints in
+/// `vocab`'s words.
 pub(crate) async fn glob_result(
     env: &Arc<ToolEnv>,
     ctx: &ToolContext,
     args: GlobArgs,
     case_insensitive: bool,
     no_git_ignore: bool,
+    vocab: &Vocab,
 ) -> Result<ToolResult, ToolError> {
     let path = args.path.as_deref().unwrap_or(".");
     let root = env.workspace.locate(path, &ctx.cwd)?;
@@ -409,7 +427,7 @@ pub(crate) async fn glob_result(
     };
     let walker_env = env.clone();
     let outcome = bounded(ctx, move |stop| find(&walker_env.workspace, &query, stop)).await?;
-    let hidden_note = walk::hidden_note(outcome.hidden_skipped);
+    let hidden_note = walk::hidden_note(&outcome.hidden, vocab.hidden);
     let output = if outcome.hits.is_empty() {
         let mut text = format!(
             "No files match `{}` in {}.\n",
@@ -427,20 +445,21 @@ pub(crate) async fn glob_result(
         let more = outcome.total.saturating_sub(outcome.hits.len() as u64);
         if more > 0 {
             text.push_str(&format!(
-                "[{more} more files match ({} in all); narrow the pattern or path]\n",
-                outcome.total
+                "[{more} more files match ({} in all); {}]\n",
+                outcome.total, vocab.narrow_files
             ));
         }
         text.push_str(hidden_note.as_deref().unwrap_or_default());
         let budget = super::output_budget(env, "glob", ctx.max_output_bytes);
-        head_tail(&text, budget, Some("narrow the pattern or path")).text
+        head_tail(&text, budget, Some(vocab.narrow_files)).text
     };
     // The paths are the output already; data adds only what a program needs beside them.
     let data = json!({
         "paths": outcome.hits.iter().map(|h| h.path.as_str()).collect::<Vec<_>>(),
         "total": outcome.total,
         "truncated": outcome.total > outcome.hits.len() as u64,
-        "hidden_skipped": outcome.hidden_skipped,
+        "hidden_skipped": outcome.hidden.count,
+        "hidden_matching": outcome.hidden.names,
     });
     Ok(ToolResult::ok(output).with_data(data))
 }

@@ -1,6 +1,5 @@
 //! `grep`: ripgrep's engine in process (grep-regex, grep-searcher, the `ignore` parallel walker).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -18,8 +17,9 @@ use toolyard_core::shape::head_tail;
 use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 use toolyard_workspace::{RelPath, Workspace};
 
+use super::Vocab;
 use super::pattern::PathGlob;
-use super::walk;
+use super::walk::{self, HiddenProbe, HiddenSkipped};
 use crate::ToolEnv;
 
 /// Characters of one line shown before it is cut.
@@ -38,10 +38,11 @@ in process). Output is `path:line:text` for matches and `path-line-text` for con
 with `--` between groups, sorted by path then line. Smart case: an all-lowercase pattern \
 matches case-insensitively, any uppercase letter makes it case-sensitive (prefix `(?-i)` to \
 force case-sensitivity, `(?i)` to force insensitivity). Rust regex syntax (escape `(`, `.`, \
-`{` to match them literally). Honours .gitignore; skips hidden files (and says how many) \
-unless `hidden` is true or `path` or `file_pattern` names one; skips binary files, .git, \
-node_modules, __pycache__ and cargo target dirs; never follows symlinks. `path` may be a directory or a single file. Shows about 50 files \
-/ 200 matching lines, then says how many more there are; lines over 500 characters are cut. \
+`{` to match them literally). Honours .gitignore; skips hidden files (and names those that \
+would have matched) unless `hidden` is true or `path` or `file_pattern` names one; skips \
+binary files, .git, node_modules, __pycache__ and cargo target dirs; never follows symlinks. \
+`path` may be a directory or a single file. Shows about 50 files / 200 matching lines, then \
+says how many more there are and which files hold the most; lines over 500 characters are cut. \
 `output_mode`: `files_with_matches` lists only paths, `count` gives `path:N`; `head_limit` \
 caps the entries shown. `-i` ignores case; `type` limits to ripgrep file types (`rust`, `py`); \
 `multiline` lets a match span lines.";
@@ -183,10 +184,15 @@ pub struct GrepOutcome {
     pub total_matches: u64,
     /// Files searched.
     pub searched_files: u64,
-    /// Hidden entries skipped that could have held matches (hidden directories, and hidden
-    /// files the file pattern accepts).
-    pub hidden_skipped: u64,
+    /// The hidden files skipped that would have matched.
+    pub hidden: HiddenSkipped,
+    /// The files with the most matching lines, most first (ties by path), at most
+    /// [`TOP_FILES`]: where the matches are when not all are shown.
+    pub top_files: Vec<(String, u64)>,
 }
+
+/// Files named in the table of an overflowing search (the rest are summed).
+pub const TOP_FILES: usize = 10;
 
 impl GrepOutcome {
     /// Matching lines shown.
@@ -292,19 +298,12 @@ pub fn search(
     } else {
         query.root.as_str()
     };
-    let skipped = Arc::new(AtomicU64::new(0));
-    let mut walker = if query.hidden || file_glob.as_ref().is_some_and(|g| g.wants_hidden) {
-        walk::builder(ws, &root_abs, true)
-    } else {
-        let glob = file_glob.clone();
-        let ws_root = ws_root.to_vec();
-        let prefix = search_prefix.as_bytes().to_vec();
-        walk::builder_counting_hidden(ws, &root_abs, skipped.clone(), move |e| {
-            glob.as_ref().is_none_or(|g| {
-                walk::rel_bytes(e.path(), &ws_root)
-                    .is_some_and(|rel| g.is_match(walk::below(rel, &prefix)))
-            })
-        })
+    // Hidden files are searched only to say which would have matched, unless asked for.
+    let probe = (!(query.hidden || file_glob.as_ref().is_some_and(|g| g.wants_hidden)))
+        .then(|| Arc::new(HiddenProbe::default()));
+    let mut walker = match &probe {
+        None => walk::builder(ws, &root_abs, true),
+        Some(p) => walk::builder_probing_hidden(ws, &root_abs, p.clone()),
     };
     if let Some(types) = types {
         walker.types(types);
@@ -322,6 +321,7 @@ pub fn search(
         multiline: query.multiline,
         keep_lines: query.keep_lines,
         cancel,
+        probe: probe.as_deref(),
         merged: Mutex::new(Collected::default()),
     };
     walker.visit(&mut VisitorBuilder { shared: &shared });
@@ -337,7 +337,7 @@ pub fn search(
     } else {
         select_files(collected, query.limits)
     };
-    outcome.hidden_skipped = skipped.load(Ordering::Relaxed);
+    outcome.hidden = probe.map(|p| p.finish()).unwrap_or_default();
     tracing::debug!(
         pattern = %query.pattern,
         root = %query.root,
@@ -348,6 +348,59 @@ pub fn search(
         "grep"
     );
     Ok(outcome)
+}
+
+/// Search one saved command output (see [`super::saved`]) as `query` says (its root, file
+/// pattern and type do not apply): its lines are shown under the name the call gave it.
+pub fn search_saved(
+    saved: super::saved::SavedOutput,
+    query: &GrepQuery,
+    cancel: &CancellationToken,
+) -> Result<GrepOutcome, ToolError> {
+    let matcher = matcher_with(&query.pattern, query.case_insensitive, query.multiline)?;
+    let context = query.context.min(MAX_CONTEXT);
+    let mut b = SearcherBuilder::new();
+    b.line_number(true)
+        // A command's output may hold a NUL: searched on, as ripgrep does a file it is named.
+        .binary_detection(BinaryDetection::convert(b'\x00'))
+        .multi_line(query.multiline)
+        .before_context(context)
+        .after_context(context);
+    let keep = if query.keep_lines {
+        query.limits.map_or(u64::MAX, |l| l.max_lines as u64)
+    } else {
+        0
+    };
+    let mut sink = LineSink::new(keep);
+    let reader = Stoppable {
+        inner: saved.file,
+        cancel,
+    };
+    b.build()
+        .search_reader(&matcher, reader, &mut sink)
+        .map_err(|e| ToolError::Io(format!("searching {}: {e}", saved.shown)))?;
+    if cancel.is_cancelled() {
+        return Err(ToolError::Cancelled);
+    }
+    let mut c = Collected {
+        searched: 1,
+        ..Collected::default()
+    };
+    if sink.matches > 0 {
+        c.total_files = 1;
+        c.total_matches = sink.matches;
+        c.rank(sink.matches, &saved.shown);
+        c.files.push(FileMatches {
+            path: saved.shown.clone(),
+            lines: sink.lines,
+            match_count: sink.matches,
+        });
+    }
+    Ok(if query.keep_lines {
+        select(c, query.limits, context)
+    } else {
+        select_files(c, query.limits)
+    })
 }
 
 /// What the per-thread visitors share.
@@ -362,6 +415,8 @@ struct Shared<'a> {
     multiline: bool,
     keep_lines: bool,
     cancel: &'a CancellationToken,
+    /// Set when hidden files are left out: what would have matched among them.
+    probe: Option<&'a HiddenProbe>,
     merged: Mutex<Collected>,
 }
 
@@ -410,9 +465,32 @@ struct Collected {
     total_files: u64,
     total_matches: u64,
     searched: u64,
+    /// The files with the most matches (count, path), trimmed to [`TOP_FILES`] now and then.
+    top: Vec<(u64, String)>,
+}
+
+/// Most matches first, then by path.
+fn by_matches(a: &(u64, String), b: &(u64, String)) -> std::cmp::Ordering {
+    b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1))
 }
 
 impl Collected {
+    /// Note a file's match count among the top files (each thread keeps its own top ones,
+    /// so the top of their union is the top of all).
+    fn rank(&mut self, count: u64, path: &str) {
+        self.top.push((count, path.to_string()));
+        if self.top.len() > 4 * TOP_FILES {
+            self.top.sort_unstable_by(by_matches);
+            self.top.truncate(TOP_FILES);
+        }
+    }
+
+    fn top_files(&mut self) -> Vec<(String, u64)> {
+        self.top.sort_unstable_by(by_matches);
+        self.top.truncate(TOP_FILES);
+        self.top.iter().map(|(n, p)| (p.clone(), *n)).collect()
+    }
+
     /// Keep only the first `max_files` files by path: the final selection cannot need others.
     fn trim(&mut self, limits: Option<GrepLimits>) {
         if let Some(l) = limits
@@ -442,9 +520,15 @@ impl<'s, 'a: 's> ParallelVisitorBuilder<'s> for VisitorBuilder<'s, 'a> {
         } else {
             0
         };
+        let mut probe = SearcherBuilder::new();
+        probe
+            .line_number(false)
+            .binary_detection(BinaryDetection::quit(b'\x00'))
+            .multi_line(self.shared.multiline);
         Box::new(Visitor {
             shared: self.shared,
             searcher: b.build(),
+            probe_searcher: probe.build(),
             sink: LineSink::new(keep),
             local: Collected::default(),
         })
@@ -455,6 +539,8 @@ impl<'s, 'a: 's> ParallelVisitorBuilder<'s> for VisitorBuilder<'s, 'a> {
 struct Visitor<'s, 'a> {
     shared: &'s Shared<'a>,
     searcher: Searcher,
+    /// Searches a hidden file only for whether it has a match.
+    probe_searcher: Searcher,
     sink: LineSink,
     local: Collected,
 }
@@ -468,9 +554,23 @@ impl Visitor<'_, '_> {
         let Some(rel) = walk::rel_bytes(entry.path(), self.shared.ws_root) else {
             return;
         };
-        if let Some(g) = self.shared.file_glob
-            && !g.is_match(walk::below(rel, self.shared.search_prefix))
+        let below = walk::below(rel, self.shared.search_prefix);
+        let hidden = self
+            .shared
+            .probe
+            .filter(|_| entry.depth() > 0 && walk::is_hidden_below(below));
+        if let Some(probe) = hidden
+            && !probe.take_file()
         {
+            return;
+        }
+        if let Some(g) = self.shared.file_glob
+            && !g.is_match(below)
+        {
+            return;
+        }
+        if let Some(probe) = hidden {
+            self.probe_hidden(rel, probe);
             return;
         }
         // Opened beneath the root handle (openat2 RESOLVE_BENEATH), not by the walker's
@@ -501,12 +601,69 @@ impl Visitor<'_, '_> {
         }
         self.local.total_files += 1;
         self.local.total_matches += self.sink.matches;
+        self.local.rank(self.sink.matches, &walk::display(rel));
         self.local.files.push(FileMatches {
             path: walk::display(rel),
             lines: std::mem::take(&mut self.sink.lines),
             match_count: self.sink.matches,
         });
         self.local.trim(self.shared.limits);
+    }
+}
+
+impl Visitor<'_, '_> {
+    /// Whether the hidden file `rel` has a match (read to its first one, within the probe's
+    /// budget), noted in `probe`; it is not shown.
+    fn probe_hidden(&mut self, rel: &[u8], probe: &HiddenProbe) {
+        let Ok(file) = self.shared.ws.dir().open(walk::as_path(rel)) else {
+            return;
+        };
+        let reader = Budgeted {
+            inner: file.into_std(),
+            cancel: self.shared.cancel,
+            probe,
+        };
+        let mut first = FirstMatch(false);
+        let _ = self
+            .probe_searcher
+            .search_reader(self.shared.matcher, reader, &mut first);
+        if first.0 {
+            probe.matched(rel);
+        }
+    }
+}
+
+/// Stops a search at its first match.
+struct FirstMatch(bool);
+
+impl Sink for FirstMatch {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _: &Searcher, _: &SinkMatch<'_>) -> Result<bool, Self::Error> {
+        self.0 = true;
+        Ok(false)
+    }
+}
+
+/// A hidden file read for the probe: ends (as at end of file) on `cancel` or once the probe's
+/// byte budget is spent (then the probe says some files went unchecked).
+struct Budgeted<'a, R> {
+    inner: R,
+    cancel: &'a CancellationToken,
+    probe: &'a HiddenProbe,
+}
+
+impl<R: std::io::Read> std::io::Read for Budgeted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.cancel.is_cancelled() {
+            return Ok(0);
+        }
+        let n = self.inner.read(buf)?;
+        if !self.probe.take_bytes(n as u64) {
+            self.probe.gave_up();
+            return Ok(0);
+        }
+        Ok(n)
     }
 }
 
@@ -533,6 +690,7 @@ impl Drop for Visitor<'_, '_> {
         merged.total_matches += self.local.total_matches;
         merged.searched += self.local.searched;
         merged.files.append(&mut self.local.files);
+        merged.top.append(&mut self.local.top);
         merged.trim(self.shared.limits);
     }
 }
@@ -652,7 +810,8 @@ fn select(mut c: Collected, limits: Option<GrepLimits>, context: usize) -> GrepO
         total_files: c.total_files,
         total_matches: c.total_matches,
         searched_files: c.searched,
-        hidden_skipped: 0,
+        hidden: HiddenSkipped::default(),
+        top_files: c.top_files(),
     };
     let Some(limits) = limits else {
         outcome.files = c.files;
@@ -681,12 +840,14 @@ fn select_files(mut c: Collected, limits: Option<GrepLimits>) -> GrepOutcome {
     if let Some(l) = limits {
         c.files.truncate(l.max_files);
     }
+    let top_files = c.top_files();
     GrepOutcome {
         files: c.files,
         total_files: c.total_files,
         total_matches: c.total_matches,
         searched_files: c.searched,
-        hidden_skipped: 0,
+        hidden: HiddenSkipped::default(),
+        top_files,
     }
 }
 
@@ -739,8 +900,8 @@ pub fn render(outcome: &GrepOutcome, context: usize) -> String {
     out
 }
 
-/// The footer that says what was left out, if anything.
-fn footer(outcome: &GrepOutcome) -> Option<String> {
+/// The footer that says what was left out, if anything, and where the matches are.
+fn footer(outcome: &GrepOutcome, vocab: &Vocab) -> Option<String> {
     let shown = outcome.shown_matches();
     if shown >= outcome.total_matches {
         return None;
@@ -751,25 +912,66 @@ fn footer(outcome: &GrepOutcome) -> Option<String> {
         .filter(|f| f.lines.iter().filter(|l| l.is_match).count() as u64 == f.match_count)
         .count() as u64;
     let more_files = outcome.total_files - fully_shown;
-    Some(format!(
-        "[{} more matches in {} files not shown ({} matches in {} files in all); narrow the \
-         pattern or path, use file_pattern or type, or raise head_limit]",
+    let mut text = format!(
+        "[{} more matches in {} files not shown ({} matches in {} files in all); {}]",
         outcome.total_matches - shown,
         more_files,
         outcome.total_matches,
-        outcome.total_files
+        outcome.total_files,
+        vocab.narrow
+    );
+    if let Some(table) = per_file_table(outcome) {
+        text.push('\n');
+        text.push_str(&table);
+    }
+    Some(text)
+}
+
+/// Where the matches are: a `path: count` line for each of the files with the most, and the
+/// rest summed; `None` for a single file.
+pub fn per_file_table(outcome: &GrepOutcome) -> Option<String> {
+    if outcome.total_files < 2 || outcome.top_files.is_empty() {
+        return None;
+    }
+    // Rows indented inside the brackets, so none reads as a match line.
+    let mut rows: Vec<String> = outcome
+        .top_files
+        .iter()
+        .map(|(path, n)| format!("  {path}: {n}"))
+        .collect();
+    let listed: u64 = outcome.top_files.iter().map(|(_, n)| n).sum();
+    let others = outcome.total_files - outcome.top_files.len() as u64;
+    if others > 0 {
+        rows.push(format!(
+            "  {others} other file{}: {}",
+            if others == 1 { "" } else { "s" },
+            outcome.total_matches - listed
+        ));
+    }
+    Some(format!(
+        "[matching lines per file, most first:\n{}]",
+        rows.join("\n")
     ))
 }
 
-/// The `grep` tool (loopr dialect).
+/// The `grep` tool (loopr dialect), and the engine of every dialect's grep.
 pub struct GrepTool {
     env: Arc<ToolEnv>,
+    vocab: Vocab,
 }
 
 impl GrepTool {
     /// A `grep` over `env`'s workspace.
     pub fn new(env: Arc<ToolEnv>) -> Self {
-        Self { env }
+        Self {
+            env,
+            vocab: Vocab::LOOPR_GREP,
+        }
+    }
+
+    /// The same, its hints in a dialect's words (`vocab`).
+    pub fn speaking(env: Arc<ToolEnv>, vocab: Vocab) -> Self {
+        Self { env, vocab }
     }
 }
 
@@ -796,10 +998,20 @@ impl TypedTool for GrepTool {
             ));
         }
         let path = args.path.as_deref().unwrap_or(".");
-        let root = self.env.workspace.locate(path, &ctx.cwd)?;
-        if self.env.workspace.metadata(&root)?.is_none() {
+        // A saved command output (the path a cut output named, or `output:<id>`) is searched
+        // where it is; anything else is a workspace path.
+        let saved = super::saved::open(&self.env, path)?;
+        let root = match &saved {
+            Some(_) => RelPath::root(),
+            None => self.env.workspace.locate(path, &ctx.cwd)?,
+        };
+        if saved.is_none() && self.env.workspace.metadata(&root)?.is_none() {
             return Err(ToolError::FileNotFound(path.into()));
         }
+        let place = match &saved {
+            Some(s) => s.shown.clone(),
+            None => walk::place(&root),
+        };
         let context = args.context.unwrap_or(0).min(MAX_CONTEXT);
         let mode = args.output_mode.unwrap_or_default();
         if args.head_limit == Some(0) {
@@ -831,10 +1043,13 @@ impl TypedTool for GrepTool {
             keep_lines: mode == OutputMode::Content,
         };
         let env = self.env.clone();
-        let outcome =
-            super::glob::bounded(ctx, move |stop| search(&env.workspace, &query, stop)).await?;
+        let outcome = super::glob::bounded(ctx, move |stop| match saved {
+            Some(saved) => search_saved(saved, &query, stop),
+            None => search(&env.workspace, &query, stop),
+        })
+        .await?;
         let budget = super::output_budget(&self.env, "grep", ctx.max_output_bytes);
-        let hidden_note = walk::hidden_note(outcome.hidden_skipped);
+        let hidden_note = walk::hidden_note(&outcome.hidden, self.vocab.hidden);
         let output = if outcome.total_matches == 0 {
             let mut filter = String::new();
             if let Some(p) = args.file_pattern.as_deref() {
@@ -844,23 +1059,21 @@ impl TypedTool for GrepTool {
                 filter.push_str(&format!(" (files of type `{t}`)"));
             }
             let mut text = format!(
-                "No matches for `{}` in {}{filter} ({} files searched).\n",
-                args.pattern,
-                walk::place(&root),
-                outcome.searched_files
+                "No matches for `{}` in {place}{filter} ({} files searched).\n",
+                args.pattern, outcome.searched_files
             );
             text.push_str(hidden_note.as_deref().unwrap_or_default());
             text
         } else {
             let (mut text, foot) = match mode {
-                OutputMode::Content => (render(&outcome, context), footer(&outcome)),
+                OutputMode::Content => (render(&outcome, context), footer(&outcome, &self.vocab)),
                 OutputMode::FilesWithMatches => (
                     outcome
                         .files
                         .iter()
                         .map(|f| format!("{}\n", f.path))
                         .collect(),
-                    files_footer(&outcome),
+                    files_footer(&outcome, &self.vocab),
                 ),
                 OutputMode::Count => (
                     outcome
@@ -868,7 +1081,7 @@ impl TypedTool for GrepTool {
                         .iter()
                         .map(|f| format!("{}:{}\n", f.path, f.match_count))
                         .collect(),
-                    files_footer(&outcome),
+                    files_footer(&outcome, &self.vocab),
                 ),
             };
             if let Some(f) = foot {
@@ -876,7 +1089,7 @@ impl TypedTool for GrepTool {
                 text.push('\n');
             }
             text.push_str(hidden_note.as_deref().unwrap_or_default());
-            head_tail(&text, budget, Some("narrow the pattern or path")).text
+            head_tail(&text, budget, Some(self.vocab.narrow_files)).text
         };
         // The lines are the output already; data keeps the counts and which files matched.
         let files: Vec<_> = outcome
@@ -894,23 +1107,35 @@ impl TypedTool for GrepTool {
             "total_files": outcome.total_files,
             "searched_files": outcome.searched_files,
             "truncated": truncated,
-            "hidden_skipped": outcome.hidden_skipped,
+            "hidden_skipped": outcome.hidden.count,
+            "hidden_matching": outcome.hidden.names,
+            "top_files": outcome
+                .top_files
+                .iter()
+                .map(|(p, n)| json!({"path": p, "matches": n}))
+                .collect::<Vec<_>>(),
         });
         Ok(ToolResult::ok(output).with_data(data))
     }
 }
 
-/// The footer of `files_with_matches` and `count` when some files are not listed.
-fn files_footer(outcome: &GrepOutcome) -> Option<String> {
+/// The footer of `files_with_matches` and `count` when some files are not listed, with where
+/// the matches are.
+fn files_footer(outcome: &GrepOutcome, vocab: &Vocab) -> Option<String> {
     let shown = outcome.files.len() as u64;
     (shown < outcome.total_files).then(|| {
-        format!(
-            "[{} more files not shown ({} matches in {} files in all); narrow the pattern or \
-             path, or raise head_limit]",
+        let mut text = format!(
+            "[{} more files not shown ({} matches in {} files in all); {}]",
             outcome.total_files - shown,
             outcome.total_matches,
-            outcome.total_files
-        )
+            outcome.total_files,
+            vocab.narrow_files
+        );
+        if let Some(table) = per_file_table(outcome) {
+            text.push('\n');
+            text.push_str(&table);
+        }
+        text
     })
 }
 

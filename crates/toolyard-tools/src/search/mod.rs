@@ -16,6 +16,7 @@ pub mod grep;
 mod ignores;
 pub mod list;
 mod pattern;
+pub mod saved;
 mod walk;
 
 use std::sync::Arc;
@@ -31,6 +32,67 @@ pub use grep::{
 };
 pub use list::{ListDirectoryArgs, ListDirectoryTool, ListFilesArgs, ListFilesTool, TreeEntry};
 pub use pattern::PathGlob;
+pub use walk::HiddenSkipped;
+
+/// A search tool's parameters as one dialect names them, for the hints its answers give: how
+/// to reach the hidden files it skipped, how to narrow what overflowed. Each dialect's `grep`
+/// and `glob` take one of these, so a hint never names a parameter the model's schema lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vocab {
+    /// How to include hidden files that would match: `{file}` becomes one of them, `{glob}` a
+    /// pattern naming its hidden directory (`.github/**`) or the file itself.
+    pub hidden: &'static str,
+    /// How to narrow a search whose matching lines overflowed.
+    pub narrow: &'static str,
+    /// How to narrow a list of files that overflowed.
+    pub narrow_files: &'static str,
+}
+
+impl Vocab {
+    /// loopr `grep` (and seed vocabularies built on it).
+    pub const LOOPR_GREP: Vocab = Vocab {
+        hidden: "pass hidden: true to include them",
+        narrow: "narrow the pattern or path, use file_pattern or type, or raise head_limit",
+        narrow_files: "narrow the pattern or path, or raise head_limit",
+    };
+    /// loopr `glob`.
+    pub const LOOPR_GLOB: Vocab = Vocab {
+        hidden: "pass hidden: true to include them",
+        narrow: "narrow the pattern or path",
+        narrow_files: "narrow the pattern or path",
+    };
+    /// loom-py `search_files` {pattern, path, file_pattern}.
+    pub const LOOM_PY_SEARCH: Vocab = Vocab {
+        hidden: "give one as path (e.g. `{file}`) to search it",
+        narrow: "narrow the pattern or path, or use file_pattern",
+        narrow_files: "narrow the pattern or path, or use file_pattern",
+    };
+    /// Claude Code `Grep` {pattern, path, glob, type, head_limit, ...}: no hidden switch.
+    pub const CLAUDE_CODE_GREP: Vocab = Vocab {
+        hidden: "give one as path (e.g. `{file}`), or name its hidden directory in glob (e.g. `{glob}`), to search them",
+        narrow: "narrow the pattern or path, use glob or type, or raise head_limit",
+        narrow_files: "narrow the pattern or path, or raise head_limit",
+    };
+    /// Claude Code `Glob` {pattern, path}.
+    pub const CLAUDE_CODE_GLOB: Vocab = Vocab {
+        hidden: "name the hidden directory in pattern (e.g. `{glob}`) to include them",
+        narrow: "narrow the pattern or path",
+        narrow_files: "narrow the pattern or path",
+    };
+    /// Gemini CLI `grep_search` / `search_file_content` {pattern, dir_path, include_pattern,
+    /// total_max_matches, names_only, ...}.
+    pub const GEMINI_GREP: Vocab = Vocab {
+        hidden: "give one as dir_path (e.g. `{file}`), or name its hidden directory in include_pattern (e.g. `{glob}`), to search them",
+        narrow: "narrow the pattern or dir_path, use include_pattern, or raise total_max_matches",
+        narrow_files: "narrow the pattern or dir_path, or raise total_max_matches",
+    };
+    /// Gemini CLI `glob` {pattern, dir_path, ...}.
+    pub const GEMINI_GLOB: Vocab = Vocab {
+        hidden: "name the hidden directory in pattern (e.g. `{glob}`) to include them",
+        narrow: "narrow the pattern or dir_path",
+        narrow_files: "narrow the pattern or dir_path",
+    };
+}
 
 /// The search tools of the `loopr` dialect: `list_directory`, `glob`, `grep`.
 pub fn tools(env: Arc<ToolEnv>) -> Vec<Arc<dyn Tool>> {

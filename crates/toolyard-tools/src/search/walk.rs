@@ -1,11 +1,12 @@
 //! The walker every search tool shares, and turning its absolute paths back into
 //! workspace-relative ones.
 
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use ignore::{DirEntry, WalkBuilder};
 use toolyard_workspace::Workspace;
@@ -25,33 +26,124 @@ pub(crate) fn builder(ws: &Workspace, root: &Path, hidden: bool) -> WalkBuilder 
     b
 }
 
-/// Like [`builder`] with hidden entries skipped, counting in `skipped` the hidden entries
-/// pruned that could have mattered: every hidden directory, and the hidden files `counts`
-/// accepts (a glob would match them).
-pub(crate) fn builder_counting_hidden(
+/// Like [`builder`] with hidden entries skipped from the results, but walked into by `probe`
+/// (within its budget) so the caller can tell which of them would have matched: the visitor
+/// sees hidden entries too and asks [`is_hidden_below`] to tell them apart. Once the probe's
+/// budget is spent, hidden entries are pruned and the probe says some went unchecked.
+pub(crate) fn builder_probing_hidden(
     ws: &Workspace,
     root: &Path,
-    skipped: Arc<AtomicU64>,
-    counts: impl Fn(&DirEntry) -> bool + Send + Sync + 'static,
+    probe: Arc<HiddenProbe>,
 ) -> WalkBuilder {
     let mut b = base(root);
     let off_limits = ws.hidden_paths();
-    // The walker's own hidden filter runs before `filter_entry` and cannot count, so hidden
-    // names are pruned here instead; ignored entries were already dropped by then.
+    // The walker's own hidden filter cannot look inside what it skips: hidden names are let
+    // through here and kept out of the results by the visitor.
     b.hidden(false).filter_entry(move |e| {
         if is_pruned(e) || off_limits.iter().any(|p| e.path() == p) {
             return false;
         }
-        if e.depth() > 0 && is_hidden(e.file_name()) {
-            let ft = e.file_type();
-            if ft.is_some_and(|t| t.is_dir()) || (ft.is_some_and(|t| t.is_file()) && counts(e)) {
-                skipped.fetch_add(1, Ordering::Relaxed);
-            }
+        if e.depth() > 0 && is_hidden(e.file_name()) && probe.spent() {
+            probe.unchecked.store(true, Ordering::Relaxed);
             return false;
         }
         true
     });
     b
+}
+
+/// Whether a path below the search root (`below`, relative to it) is hidden: one of its
+/// components is a dotfile name.
+pub(crate) fn is_hidden_below(below: &[u8]) -> bool {
+    below
+        .split(|&b| b == b'/')
+        .any(|c| c.first() == Some(&b'.'))
+}
+
+/// Most hidden files looked at for one search, and most of their bytes read, to tell which
+/// would have matched (a workspace holding a big hidden cache costs no more than this).
+const PROBE_FILES: u64 = 10_000;
+const PROBE_BYTES: u64 = 64 << 20;
+/// Hidden files named in the note.
+const NAMES_SHOWN: usize = 5;
+
+/// What a search learns about the hidden files it skipped, shared by its walker threads.
+#[derive(Debug, Default)]
+pub(crate) struct HiddenProbe {
+    files: AtomicU64,
+    bytes: AtomicU64,
+    matched: AtomicU64,
+    unchecked: AtomicBool,
+    /// The first matching names, by path.
+    names: Mutex<BTreeSet<String>>,
+}
+
+impl HiddenProbe {
+    /// Whether the budget is spent.
+    fn spent(&self) -> bool {
+        self.files.load(Ordering::Relaxed) >= PROBE_FILES
+            || self.bytes.load(Ordering::Relaxed) >= PROBE_BYTES
+    }
+
+    /// Count one hidden file looked at; `false` once the budget is spent (it was not checked).
+    pub(crate) fn take_file(&self) -> bool {
+        if self.spent() {
+            self.unchecked.store(true, Ordering::Relaxed);
+            return false;
+        }
+        self.files.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Count `n` bytes read from hidden files; `false` once the budget is spent.
+    pub(crate) fn take_bytes(&self, n: u64) -> bool {
+        if self.bytes.fetch_add(n, Ordering::Relaxed) + n > PROBE_BYTES {
+            self.unchecked.store(true, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Mark a file as not fully checked (its read stopped at the budget).
+    pub(crate) fn gave_up(&self) {
+        self.unchecked.store(true, Ordering::Relaxed);
+    }
+
+    /// A hidden file (workspace-relative) that would have matched.
+    pub(crate) fn matched(&self, rel: &[u8]) {
+        self.matched.fetch_add(1, Ordering::Relaxed);
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.insert(display(rel));
+        if names.len() > NAMES_SHOWN {
+            names.pop_last();
+        }
+    }
+
+    /// What was found.
+    pub(crate) fn finish(&self) -> HiddenSkipped {
+        HiddenSkipped {
+            count: self.matched.load(Ordering::Relaxed),
+            names: self
+                .names
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned()
+                .collect(),
+            unchecked: self.unchecked.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The hidden files a search skipped that would have matched.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HiddenSkipped {
+    /// How many would have matched.
+    pub count: u64,
+    /// The first of them by path (workspace-relative), at most five.
+    pub names: Vec<String>,
+    /// Some hidden files were not looked at (the probe's budget ran out).
+    pub unchecked: bool,
 }
 
 fn base(root: &Path) -> WalkBuilder {
@@ -67,14 +159,49 @@ fn is_hidden(name: &OsStr) -> bool {
     name.as_bytes().first() == Some(&b'.')
 }
 
-/// The line that says hidden entries were skipped and how to include them, if any were.
-pub(crate) fn hidden_note(skipped: u64) -> Option<String> {
-    match skipped {
-        0 => None,
-        1 => Some("[1 hidden entry skipped; pass hidden: true to include them]\n".into()),
-        n => Some(format!(
-            "[{n} hidden entries skipped; pass hidden: true to include them]\n"
+/// The line that names the hidden files skipped that would have matched, and says how to
+/// include them in the tool's own words (`hint`, a [`crate::search::Vocab`] `hidden` text);
+/// `None` when none would have.
+pub(crate) fn hidden_note(h: &HiddenSkipped, hint: &str) -> Option<String> {
+    let hint = |file: &str| {
+        if file.is_empty() {
+            // No name to show: the hint's own example.
+            return hint
+                .replace("{file}", ".env")
+                .replace("{glob}", ".github/**");
+        }
+        // `{glob}`: the hidden directory it lies in, as a pattern, or the file itself.
+        let parts: Vec<&str> = file.split('/').collect();
+        let glob = match parts.iter().position(|c| c.starts_with('.')) {
+            Some(i) if i + 1 < parts.len() => format!("{}/**", parts[..=i].join("/")),
+            _ => file.to_string(),
+        };
+        hint.replace("{file}", file).replace("{glob}", &glob)
+    };
+    match (h.count, h.names.first()) {
+        (0, _) | (_, None) if h.unchecked => Some(format!(
+            "[hidden files were not all searched (past {PROBE_FILES} files or {} MiB); {}]\n",
+            PROBE_BYTES >> 20,
+            hint("")
         )),
+        (0, _) | (_, None) => None,
+        (n, Some(first)) => {
+            let shown = h.names.len() as u64;
+            let mut names = h.names.join(", ");
+            if n > shown {
+                names.push_str(&format!(" and {} more", n - shown));
+            }
+            Some(format!(
+                "[{n} hidden file{} would also match: {names}{}; {}]\n",
+                if n == 1 { "" } else { "s" },
+                if h.unchecked {
+                    " (some hidden files were not searched)"
+                } else {
+                    ""
+                },
+                hint(first)
+            ))
+        }
     }
 }
 
