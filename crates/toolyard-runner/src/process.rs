@@ -74,6 +74,7 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
     // and moves what a command did to protected paths into the quarantine.
     policy.state_dir = Some(state.path().to_path_buf());
     policy.runner_write = vec![state.outputs_dir(), state.quarantine_dir()];
+    policy.command_read = vec![state.outputs_dir()];
     // The protected paths that exist now are held read-only; git's own config files stay
     // writable (`git config` replaces them by a rename) and are repaired after each command.
     let catalog_file: Vec<PathBuf> = args

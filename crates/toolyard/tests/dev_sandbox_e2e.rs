@@ -228,7 +228,8 @@ fn toolyard_state_is_out_of_every_commands_reach() {
         let out = e.run(
             tool,
             &format!(
-                "S='{}'; for f in \"$S\"/*.db \"$S\"/outputs/*; do cat \"$f\" >/dev/null 2>&1 && echo \"READ $f\"; done; \
+                "S='{}'; for f in \"$S\"/*.db; do cat \"$f\" >/dev/null 2>&1 && echo \"READ $f\"; done; \
+                 cat \"$S\"/outputs/* >/dev/null && echo OUTPUTS-READABLE; \
                  touch \"$S/outputs/planted\" 2>/dev/null && echo WROTE; \
                  rm -rf \"$S/quarantine\" 2>/dev/null; [ -d \"$S/quarantine\" ] || echo REMOVED; \
                  echo \"tmp $TMPDIR\" && touch \"$TMPDIR/ok\" && echo TMP-WRITABLE",
@@ -240,6 +241,8 @@ fn toolyard_state_is_out_of_every_commands_reach() {
             assert!(!out.contains(bad), "{tool}: {bad}: {out}");
         }
         assert!(out.contains("TMP-WRITABLE"), "{tool}: {out}");
+        // Saved outputs stay readable (a shell-only model reads them with sed), never writable.
+        assert!(out.contains("OUTPUTS-READABLE"), "{tool}: {out}");
     }
     assert!(!ws_state.join("outputs/planted").exists());
     assert!(ws_state.join("quarantine").is_dir());

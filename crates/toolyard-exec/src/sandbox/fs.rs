@@ -92,14 +92,30 @@ pub(crate) fn restrict(
 pub(crate) fn command_layer(
     writable: &[PathBuf],
     denied: &[PathBuf],
+    readable: &[PathBuf],
 ) -> Option<std::os::fd::OwnedFd> {
-    match ruleset(writable, denied) {
+    match ruleset(writable, denied).and_then(|r| grant_read(r, readable)) {
         Ok(ruleset) => Option::<std::os::fd::OwnedFd>::from(ruleset),
         Err(e) => {
             tracing::warn!(error = %e, "cannot build the commands' Landlock domain");
             None
         }
     }
+}
+
+/// `rules` plus read access to `paths` (trees inside a denied one that stay readable).
+fn grant_read(
+    mut rules: RulesetCreated,
+    paths: &[PathBuf],
+) -> Result<RulesetCreated, SandboxError> {
+    let read = AccessFs::from_read(ABI_WANTED);
+    for path in paths {
+        let Ok(fd) = PathFd::new(path) else { continue };
+        rules = rules
+            .add_rule(PathBeneath::new(fd, read))
+            .map_err(|e| SandboxError::Landlock(e.to_string()))?;
+    }
+    Ok(rules)
 }
 
 /// The rules: every right handled; `writable` trees get all of them (but making device

@@ -175,6 +175,9 @@ pub struct LanePolicy {
     pub state_dir: Option<PathBuf>,
     /// Trees the runner itself writes and its commands may not (saved outputs, quarantine).
     pub runner_write: Vec<PathBuf>,
+    /// Trees in the state directory its commands may still read (the saved outputs, which a
+    /// model whose only tool is a shell reads with `sed`).
+    pub command_read: Vec<PathBuf>,
     /// Existing protected paths, held read-only for the runner and its commands.
     pub read_only: Vec<PathBuf>,
     /// Paths beneath a read-only one that stay writable (Toolyard's artifacts).
@@ -195,6 +198,7 @@ impl LanePolicy {
             cache_dir: None,
             state_dir: None,
             runner_write: Vec::new(),
+            command_read: Vec::new(),
             read_only: Vec::new(),
             keep_writable: Vec::new(),
             config: SandboxConfig::default(),
@@ -536,7 +540,12 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
     if let Some(state) = &policy.state_dir {
         command_denied.push(existing_dir(state)?);
     }
-    let command_layer = fs::command_layer(&writable, &command_denied);
+    let command_readable: Vec<PathBuf> = policy
+        .command_read
+        .iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    let command_layer = fs::command_layer(&writable, &command_denied, &command_readable);
     let runner_writable: Vec<PathBuf> = writable.iter().chain(&runner_only).cloned().collect();
     let fs = fs::restrict(&runner_writable, &denied)?;
     report.add("landlock-fs", fs.status, fs.detail);
@@ -555,7 +564,7 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
                     FeatureStatus::Enforced,
                     format!(
                         "commands can neither read nor write Toolyard's state in {} (but their \
-                         temp dir and tool caches there)",
+                         temp dir and tool caches there, and the saved outputs, read-only)",
                         state.display()
                     ),
                 );
