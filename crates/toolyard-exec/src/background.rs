@@ -582,12 +582,30 @@ impl BgProcess {
 
     fn push(&self, chunk: &[u8]) {
         let mut s = lock(&self.state);
+        let before = s.total;
         s.total += chunk.len() as u64;
-        if let Some((path, file)) = &mut s.log
-            && let Err(e) = file.write_all(chunk)
-        {
-            tracing::warn!(path = %path.display(), error = %e, "cannot write a process log");
-            s.log = None;
+        if let Some((path, file)) = &mut s.log {
+            // Capped like any saved output, with a line saying where it stopped.
+            let room = usize::try_from(crate::exec::MAX_SAVED_BYTES.saturating_sub(before))
+                .unwrap_or(usize::MAX);
+            let full = room <= chunk.len();
+            let written = file
+                .write_all(&chunk[..room.min(chunk.len())])
+                .and_then(|()| {
+                    if full {
+                        file.write_all(
+                            b"\n[toolyard: the output beyond this point was not saved]\n",
+                        )
+                    } else {
+                        Ok(())
+                    }
+                });
+            if let Err(e) = &written {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write a process log");
+            }
+            if written.is_err() || full {
+                s.log = None;
+            }
         }
         s.unread.extend(chunk);
         let total = self.buffered.fetch_add(chunk.len(), Ordering::Relaxed) + chunk.len();

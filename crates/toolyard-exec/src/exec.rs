@@ -44,6 +44,9 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Read buffer size per stream.
 const CHUNK: usize = 64 * 1024;
 
+/// Where one saved output (a cut command's, a background process's log) stops growing.
+pub(crate) const MAX_SAVED_BYTES: u64 = 64 << 20;
+
 /// How the saved full outputs are kept bounded. Checked each time a new one is written (so
 /// cheaply: one directory listing): files older than `max_age` go, then the oldest until the
 /// others number fewer than `max_files` and leave room for the new one at its cap within
@@ -67,7 +70,7 @@ impl Default for SpillLimits {
             max_age: Duration::from_secs(24 * 3600),
             max_files: 100,
             max_total_bytes: 256 << 20,
-            max_file_bytes: 64 << 20,
+            max_file_bytes: MAX_SAVED_BYTES,
         }
     }
 }

@@ -852,3 +852,58 @@ fn r11_the_end_of_a_shell_keeps_the_users_own_changes() {
         "{\"mine\": true}\n"
     );
 }
+
+#[test]
+fn l2_a_background_process_log_stops_at_the_saved_output_cap() {
+    let e = env();
+    std::fs::create_dir_all(&e.ws).unwrap();
+    let o = e.call(
+        "m",
+        "run_command",
+        &json!({"command": "head -c 70000000 /dev/zero", "background": true}),
+        &[],
+    );
+    let out = text(&o);
+    if out.contains("background processes need a PID namespace per command") {
+        eprintln!("SKIPPED: no background processes on this system");
+        return;
+    }
+    let id = out
+        .split_whitespace()
+        .find(|w| w.starts_with("net-"))
+        .map(|w| w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-'))
+        .unwrap_or_else(|| panic!("no process id: {out}"))
+        .to_string();
+    assert!(
+        wait_until(PATIENCE, || {
+            let o = e.call("m", "process_output", &json!({"process_id": id}), &[]);
+            text(&o).contains("exit")
+        }),
+        "the process ends"
+    );
+    let logs: Vec<(PathBuf, u64)> = std::fs::read_dir(e.state.join("workspaces"))
+        .unwrap()
+        .flatten()
+        .flat_map(|w| {
+            std::fs::read_dir(w.path().join("outputs"))
+                .into_iter()
+                .flatten()
+        })
+        .flatten()
+        .map(|f| (f.path(), f.metadata().unwrap().len()))
+        .collect();
+    assert!(!logs.is_empty(), "no saved log");
+    for (path, len) in logs {
+        assert!(
+            len <= (64 << 20) + 100,
+            "{} holds {len} bytes",
+            path.display()
+        );
+        let tail = std::fs::read(&path).unwrap();
+        assert!(
+            tail.ends_with(b"[toolyard: the output beyond this point was not saved]\n"),
+            "{}",
+            path.display()
+        );
+    }
+}
