@@ -409,6 +409,7 @@ fn attempts() -> Vec<Attempt> {
             };
             let want_patch = patch::apply_chunks("f", text, chunks)
                 .expect("the exact patch applies")
+                .text
                 .into_bytes();
             for kind in SLIPS {
                 if let Some(o) = slip(kind, &old, crlf) {

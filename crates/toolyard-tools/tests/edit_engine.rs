@@ -1,0 +1,376 @@
+//! The edit engine every dialect shares never lands an edit wrong: a near miss is applied only
+//! when no other place matches at any level, new text is re-indented only when it shows it was
+//! written at the slipped indentation, overlapping occurrences count, a CRLF file edited with
+//! `\n` is an exact match, a match inside a line's indentation is flagged, read-before-write
+//! refusals show the lines and count as the read, and loopr's edit_file takes several edits.
+
+use std::fs;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use toolyard_core::{Tool, ToolContext, ToolResult};
+use toolyard_tools::dialect::Dialect;
+use toolyard_tools::files::{apply_edit, read_tracked};
+
+mod common;
+
+struct Fixture {
+    w: common::DialectWorkspace,
+}
+
+impl Fixture {
+    fn new(dialect: Dialect, files: &[(&str, &str)]) -> Self {
+        Self {
+            w: common::DialectWorkspace::new(dialect, files),
+        }
+    }
+
+    fn tool(&self, name: &str) -> Arc<dyn Tool> {
+        self.w
+            .tools
+            .iter()
+            .find(|t| t.name() == name)
+            .unwrap_or_else(|| panic!("no tool {name}"))
+            .clone()
+    }
+
+    fn ctx(&self) -> ToolContext {
+        ToolContext::new(&self.w.ws, "s1")
+    }
+
+    async fn call(&self, name: &str, args: Value) -> ToolResult {
+        match self.tool(name).invoke(args, &self.ctx()).await {
+            Ok(r) => r,
+            Err(e) => ToolResult::from(e),
+        }
+    }
+
+    async fn read_first(&self, p: &str) {
+        read_tracked(&self.w.env, &self.ctx(), p).await.unwrap();
+    }
+
+    fn read(&self, p: &str) -> String {
+        fs::read_to_string(self.w.ws.join(p)).unwrap()
+    }
+
+    fn write(&self, p: &str, text: &str) {
+        fs::write(self.w.ws.join(p), text).unwrap();
+    }
+}
+
+#[track_caller]
+fn failed(r: &ToolResult) -> &str {
+    assert!(!r.success, "expected a failure, got {}", r.output);
+    &r.output
+}
+
+#[track_caller]
+fn ok(r: &ToolResult) -> &str {
+    assert!(r.success, "expected success, got {}", r.output);
+    &r.output
+}
+
+/// Each dialect's edit tool and how it is called with (path, old, new).
+fn edit_call(dialect: Dialect, old: &str, new: &str) -> (&'static str, Value) {
+    match dialect {
+        Dialect::Loopr => (
+            "edit_file",
+            json!({"path": "f", "old_string": old, "new_string": new}),
+        ),
+        Dialect::ClaudeCode => (
+            "Edit",
+            json!({"file_path": "f", "old_string": old, "new_string": new}),
+        ),
+        Dialect::Gemini => (
+            "replace",
+            json!({"file_path": "f", "old_string": old, "new_string": new}),
+        ),
+        Dialect::Anthropic => (
+            "str_replace_based_edit_tool",
+            json!({"command": "str_replace", "path": "f", "old_str": old, "new_str": new}),
+        ),
+        _ => unreachable!(),
+    }
+}
+
+const DIALECTS: [Dialect; 4] = [
+    Dialect::Loopr,
+    Dialect::ClaudeCode,
+    Dialect::Anthropic,
+    Dialect::Gemini,
+];
+
+#[tokio::test]
+async fn a_near_miss_that_a_later_level_matches_elsewhere_is_refused_in_every_dialect() {
+    // The audit's R09: the model copies Session.reset and drops its blank line; the same text
+    // matches Outer.Cache.reset ignoring indentation, an earlier level.
+    let text = "class Outer:\n    class Cache:\n        def reset(self):\n            self.count = 0\n            self.items = []\n\nclass Session:\n    def reset(self):\n        self.count = 0\n\n        self.items = []\n";
+    let old = "    def reset(self):\n        self.count = 0\n        self.items = []";
+    let new = format!("{old}\n        self.closed = True");
+    for dialect in DIALECTS {
+        let f = Fixture::new(dialect, &[("f", text)]);
+        f.read_first("f").await;
+        let (tool, args) = edit_call(dialect, old, &new);
+        let r = f.call(tool, args).await;
+        let e = failed(&r);
+        assert_eq!(f.read("f"), text, "{dialect:?}: {e}");
+        assert!(
+            e.contains("     3|        def reset(self):"),
+            "{dialect:?}: {e}"
+        );
+        assert!(
+            e.contains("     8|    def reset(self):"),
+            "{dialect:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn old_text_one_level_off_with_new_text_at_the_file_s_level_is_written_as_sent() {
+    let content = "impl A {\n    fn a() {\n        x();\n    }\n}\n";
+    let (out, reps) = apply_edit(
+        "f",
+        content.as_bytes(),
+        "fn a() {\n    x();\n}",
+        "    fn a() {\n        x();\n        y();\n    }",
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "impl A {\n    fn a() {\n        x();\n        y();\n    }\n}\n"
+    );
+    assert!(reps[0].forgiven.unwrap().contains("written as sent"));
+}
+
+#[test]
+fn new_text_at_the_slipped_level_is_shifted_like_the_old_text() {
+    let content = "impl A {\n    fn a() {\n        x();\n    }\n}\n";
+    let (out, reps) = apply_edit(
+        "f",
+        content.as_bytes(),
+        "fn a() {\n    x();\n}",
+        "fn a() {\n    x();\n    y();\n}",
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "impl A {\n    fn a() {\n        x();\n        y();\n    }\n}\n"
+    );
+    assert!(reps[0].forgiven.unwrap().contains("re-indented"));
+}
+
+#[test]
+fn new_text_indented_neither_way_is_refused_with_the_current_lines() {
+    let content = "impl A {\n    fn a() {\n        x();\n    }\n}\n";
+    let e = apply_edit(
+        "f",
+        content.as_bytes(),
+        "fn a() {\n    x();\n}",
+        "  fn a() {\n      x();\n      y();\n  }",
+        false,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("indented neither like the old text nor like the file"),
+        "{e}"
+    );
+    assert!(e.contains("     3|        x();"), "{e}");
+    // A shared line at the file's level but a first line at the slipped one: wrapping a line
+    // in a block one level deeper could mean either, so it is refused.
+    let e = apply_edit(
+        "f",
+        content.as_bytes(),
+        "    x();\n}",
+        "    if ok {\n        x();\n    }\n}",
+        false,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("like the file in one place and like the old text"),
+        "{e}"
+    );
+}
+
+#[test]
+fn overlapping_occurrences_make_old_string_ambiguous() {
+    let e = apply_edit("f", b"aaa\n", "aa", "b", false)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("occurs 2 times"), "{e}");
+    assert!(e.contains("overlap"), "{e}");
+    let e = apply_edit("f", b"- a\n- a\n- a\n", "a\n- a", "b", false)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lines 1, 2"), "{e}");
+    // replace_all still replaces the non-overlapping ones, left to right.
+    let (out, reps) = apply_edit("f", b"aaa\n", "aa", "b", true).unwrap();
+    assert_eq!(out, b"ba\n");
+    assert_eq!(reps.len(), 1);
+}
+
+#[tokio::test]
+async fn a_crlf_file_edited_with_newlines_is_an_exact_match() {
+    let f = Fixture::new(Dialect::Loopr, &[("f", "one\r\ntwo\r\nthree\r\n")]);
+    f.read_first("f").await;
+    let r = f
+        .call(
+            "edit_file",
+            json!({"path": "f", "old_string": "one\ntwo", "new_string": "one\n2"}),
+        )
+        .await;
+    let out = ok(&r);
+    assert_eq!(f.read("f"), "one\r\n2\r\nthree\r\n");
+    assert!(!out.contains("not found"), "{out}");
+    assert!(!out.contains("line endings"), "{out}");
+    let (_, reps) = apply_edit("f", b"a\r\nb\r\n", "a\nb", "a\nc", false).unwrap();
+    assert_eq!(reps[0].forgiven, None);
+}
+
+#[tokio::test]
+async fn an_exact_match_inside_a_line_s_indentation_that_adds_lines_is_flagged() {
+    let f = Fixture::new(Dialect::Loopr, &[("f", "mod t {\n    t!(a);\n}\n")]);
+    f.read_first("f").await;
+    let r = f
+        .call(
+            "edit_file",
+            json!({"path": "f", "old_string": "  t!(a);", "new_string": "  t!(a);\n  t!(b);"}),
+        )
+        .await;
+    let out = ok(&r);
+    assert!(
+        out.contains("old_string matched starting inside the indentation of line 2"),
+        "{out}"
+    );
+    assert!(
+        out.contains("indented with 4 spaces, old_string starts with 2 spaces"),
+        "{out}"
+    );
+    // Adding no line, the same match needs no warning.
+    let r = f
+        .call(
+            "edit_file",
+            json!({"path": "f", "old_string": "  t!(b);", "new_string": "  t!(c);"}),
+        )
+        .await;
+    assert!(!ok(&r).contains("inside the indentation"));
+}
+
+#[tokio::test]
+async fn an_edit_of_an_unread_file_shows_the_lines_there_and_the_retry_applies() {
+    let mut text = String::new();
+    for n in 1..=60 {
+        text.push_str(&format!("line {n}\n"));
+    }
+    let f = Fixture::new(Dialect::Loopr, &[("f", &text)]);
+    let edit = json!({"path": "f", "old_string": "line 40\n", "new_string": "line forty\n"});
+    let r = f.call("edit_file", edit.clone()).await;
+    let e = failed(&r);
+    assert!(e.contains("f has not been read in this session"), "{e}");
+    assert!(e.contains("    40|line 40"), "{e}");
+    assert!(
+        e.contains("    37|line 37") && e.contains("    43|line 43"),
+        "{e}"
+    );
+    assert!(!e.contains("     1|line 1\n"), "{e}");
+    assert!(e.contains("[f has 60 lines; shown: lines 37-43]"), "{e}");
+    assert_eq!(r.error_kind.as_deref(), Some("not_read"));
+    assert_eq!(f.read("f"), text);
+    ok(&f.call("edit_file", edit).await);
+    assert!(f.read("f").contains("line forty\n"));
+    // Changed on disk since: the same, around the place the edit aims at.
+    f.write("f", &text.replace("line 10\n", "line ten\n"));
+    let edit = json!({"path": "f", "old_string": "line ten", "new_string": "line 10"});
+    let r = f.call("edit_file", edit.clone()).await;
+    let e = failed(&r);
+    assert!(
+        e.contains("changed on disk since this session last read it"),
+        "{e}"
+    );
+    assert!(e.contains("    10|line ten"), "{e}");
+    assert_eq!(r.error_kind.as_deref(), Some("stale_read"));
+    ok(&f.call("edit_file", edit).await);
+}
+
+#[tokio::test]
+async fn a_write_over_an_unread_file_shows_its_head() {
+    let f = Fixture::new(Dialect::Loopr, &[("f", "keep me\nand me\n")]);
+    let r = f
+        .call("write_file", json!({"path": "f", "content": "new\n"}))
+        .await;
+    let e = failed(&r);
+    assert!(e.contains("f has not been read in this session"), "{e}");
+    assert!(e.contains("     1|keep me\n     2|and me"), "{e}");
+    assert_eq!(f.read("f"), "keep me\nand me\n");
+}
+
+#[tokio::test]
+async fn several_edits_in_one_call_apply_in_order_all_or_none() {
+    let text = "alpha\nbeta\ngamma\ndelta\n";
+    let f = Fixture::new(Dialect::Loopr, &[("f", text)]);
+    f.read_first("f").await;
+    let r = f
+        .call(
+            "edit_file",
+            json!({"path": "f", "edits": [
+                {"old_string": "beta", "new_string": "beta\nbeta2"},
+                {"old_string": "missing", "new_string": "x"},
+            ]}),
+        )
+        .await;
+    let e = failed(&r);
+    assert!(e.contains("edit 2 of 2"), "{e}");
+    assert!(e.contains("no edit was applied"), "{e}");
+    assert_eq!(f.read("f"), text);
+    let r = f
+        .call(
+            "edit_file",
+            json!({"path": "f", "edits": [
+                {"old_string": "alpha", "new_string": "ALPHA\nalpha2"},
+                {"old_string": "delta", "new_string": "DELTA"},
+                {"old_string": "ALPHA", "new_string": "A"},
+            ]}),
+        )
+        .await;
+    let out = ok(&r);
+    assert_eq!(f.read("f"), "A\nalpha2\nbeta\ngamma\nDELTA\n");
+    assert!(
+        out.starts_with("Edited f: 3 edits, 3 replacements."),
+        "{out}"
+    );
+    // The changed lines, numbered as the file is now.
+    assert!(out.contains("     1|A\n     2|alpha2"), "{out}");
+    assert!(out.contains("     5|DELTA"), "{out}");
+    assert_eq!(r.data.as_ref().unwrap()["lines"], json!([1, 5]));
+    // Both shapes at once, or neither, is a clear error.
+    let r = f
+        .call(
+            "edit_file",
+            json!({"path": "f", "old_string": "A", "new_string": "B", "edits": [{"old_string": "A", "new_string": "B"}]}),
+        )
+        .await;
+    assert!(failed(&r).contains("not both"), "{}", r.output);
+    let r = f.call("edit_file", json!({"path": "f"})).await;
+    assert!(failed(&r).contains("old_string is missing"), "{}", r.output);
+    // The schema documents it.
+    let schema = f.tool("edit_file").input_schema();
+    let edits = &schema["properties"]["edits"];
+    assert!(
+        edits["description"]
+            .as_str()
+            .unwrap()
+            .contains("none is applied")
+    );
+    assert!(edits.to_string().contains("old_string"));
+}
+
+#[test]
+fn a_whitespace_hint_for_one_line_names_one_line() {
+    let e = apply_edit("f", b"if x {\n\tdo_it();\n}\n", "    do_it();", "z", false)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Line 2 matches it except for whitespace"), "{e}");
+}
