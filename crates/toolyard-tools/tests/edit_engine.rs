@@ -200,16 +200,22 @@ fn overlapping_occurrences_make_old_string_ambiguous() {
     let e = apply_edit("f", b"aaa\n", "aa", "b", false)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("occurs 2 times"), "{e}");
-    assert!(e.contains("overlap"), "{e}");
+    assert!(e.contains("places that overlap"), "{e}");
+    // The audit's L1: "unique" when counted without overlaps, applied to lines 1-2.
     let e = apply_edit("f", b"- a\n- a\n- a\n", "a\n- a", "b", false)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("lines 1, 2"), "{e}");
-    // replace_all still replaces the non-overlapping ones, left to right.
-    let (out, reps) = apply_edit("f", b"aaa\n", "aa", "b", true).unwrap();
-    assert_eq!(out, b"ba\n");
-    assert_eq!(reps.len(), 1);
+    assert!(
+        e.contains("one at line 1, another starting inside it at line 2"),
+        "{e}"
+    );
+    // replace_all too: which of them it would change depends on the search order. The
+    // dialects ask with replace_all and count the places themselves, so this is their rule too.
+    assert!(apply_edit("f", b"aaa\n", "aa", "b", true).is_err());
+    // Occurrences that only touch do not overlap.
+    let (out, reps) = apply_edit("f", b"abab\n", "ab", "c", true).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out, b"cc\n");
+    assert_eq!(reps.len(), 2);
 }
 
 #[tokio::test]
@@ -231,8 +237,10 @@ async fn a_crlf_file_edited_with_newlines_is_an_exact_match() {
 }
 
 #[tokio::test]
-async fn an_exact_match_inside_a_line_s_indentation_that_adds_lines_is_flagged() {
-    let f = Fixture::new(Dialect::Loopr, &[("f", "mod t {\n    t!(a);\n}\n")]);
+async fn an_exact_match_inside_a_line_s_indentation_that_adds_lines_is_placed_and_said() {
+    // The report's §13: old_string with 2 spaces matched the end of a 4-space indentation.
+    let text = "mod t {\n    t!(a);\n}\n";
+    let f = Fixture::new(Dialect::Loopr, &[("f", text)]);
     f.read_first("f").await;
     let r = f
         .call(
@@ -241,22 +249,58 @@ async fn an_exact_match_inside_a_line_s_indentation_that_adds_lines_is_flagged()
         )
         .await;
     let out = ok(&r);
+    assert_eq!(f.read("f"), "mod t {\n    t!(a);\n    t!(b);\n}\n", "{out}");
     assert!(
-        out.contains("old_string matched starting inside the indentation of line 2"),
+        out.contains(
+            "old_string matched starting inside the indentation of line 2 (the line is indented \
+             with 4 spaces, old_string starts with 2 spaces); the lines new_string adds were \
+             indented like the lines next to them"
+        ),
         "{out}"
     );
-    assert!(
-        out.contains("indented with 4 spaces, old_string starts with 2 spaces"),
-        "{out}"
-    );
-    // Adding no line, the same match needs no warning.
+    // new_string at the file's own indentation replaces the whole line as sent.
+    f.write("f", text);
+    f.read_first("f").await;
     let r = f
         .call(
             "edit_file",
-            json!({"path": "f", "old_string": "  t!(b);", "new_string": "  t!(c);"}),
+            json!({"path": "f", "old_string": "  t!(a);", "new_string": "    t!(a);\n    t!(b);"}),
+        )
+        .await;
+    assert!(
+        ok(&r).contains("replaced the whole line as sent"),
+        "{}",
+        r.output
+    );
+    assert_eq!(f.read("f"), "mod t {\n    t!(a);\n    t!(b);\n}\n");
+    // Indented neither way: refused, the file as it was.
+    f.write("f", text);
+    f.read_first("f").await;
+    let r = f
+        .call(
+            "edit_file",
+            json!({"path": "f", "old_string": "  t!(a);", "new_string": " t!(a);\n t!(b);"}),
+        )
+        .await;
+    let e = failed(&r);
+    assert!(e.contains("     2|    t!(a);"), "{e}");
+    assert_eq!(f.read("f"), text);
+    // Adding no line, the same match is a plain exact edit.
+    let r = f
+        .call(
+            "edit_file",
+            json!({"path": "f", "old_string": "  t!(a);", "new_string": "  t!(c);"}),
         )
         .await;
     assert!(!ok(&r).contains("inside the indentation"));
+    assert_eq!(f.read("f"), "mod t {\n    t!(c);\n}\n");
+    // With replace_all each place is only flagged.
+    let (_, reps) = apply_edit("f", b"  x\n  x\n", " x", " x\n y", true).unwrap();
+    assert!(reps.iter().all(|r| {
+        r.warning
+            .as_deref()
+            .is_some_and(|w| w.contains("may be indented too little"))
+    }));
 }
 
 #[tokio::test]

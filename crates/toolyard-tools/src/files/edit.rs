@@ -165,29 +165,39 @@ pub fn apply_edit(
             None => Err(not_found(path, content, old)),
         };
     }
-    if !replace_all {
-        // `aa` occurs twice in `aaa`: an overlapping occurrence is another place it could mean.
-        let all = overlapping(content, &old_b, 21);
-        if all.len() > 1 {
-            let mut lines: Vec<usize> = all.iter().map(|&p| line_of(content, p)).collect();
-            lines.dedup();
-            let shown: Vec<String> = lines.iter().take(20).map(usize::to_string).collect();
-            let n = if all.len() > 20 {
-                "more than 20".to_string()
-            } else {
-                all.len().to_string()
-            };
-            let overlap = if all.len() > distinct.len() {
-                " (some of them overlap)"
-            } else {
-                ""
-            };
-            return Err(ToolError::Conflict(format!(
-                "old_string occurs {n} times in {path}{overlap} (at {}); include more \
-                 surrounding lines to make it unique, or set replace_all to true to change \
-                 every one",
-                lines_word(&shown)
-            )));
+    // `aa` occurs twice in `aaa`: overlapping occurrences leave unclear which text is meant,
+    // with replace_all too (which ones it would change depends on the order of the search).
+    if let Some((first, second)) = first_overlap(content, &old_b) {
+        return Err(ToolError::Conflict(format!(
+            "old_string occurs at places that overlap in {path} (one at line {}, another \
+             starting inside it at line {}), so it is unclear which text to change and nothing \
+             was changed. Include more surrounding text to make it unique",
+            line_of(content, first),
+            line_of(content, second)
+        )));
+    }
+    if !replace_all && distinct.len() > 1 {
+        let shown: Vec<String> = distinct
+            .iter()
+            .take(20)
+            .map(|&p| line_of(content, p).to_string())
+            .collect();
+        return Err(ToolError::Conflict(format!(
+            "old_string occurs {} times in {path} (at {}); include more surrounding lines to \
+             make it unique, or set replace_all to true to change every one",
+            distinct.len(),
+            lines_word(&shown)
+        )));
+    }
+    // One place (dialects ask with replace_all and count the places themselves).
+    if distinct.len() == 1 {
+        // Both are text: they came from &str (CRLF added at most).
+        let (o, n) = (
+            std::str::from_utf8(&old_b).unwrap_or(old),
+            std::str::from_utf8(&new_b).unwrap_or(new),
+        );
+        if let Some(done) = partial_indent(content, distinct[0], o, n)? {
+            return Ok(done);
         }
     }
     let mut out = Vec::with_capacity(content.len() + distinct.len() * new_b.len());
@@ -201,7 +211,15 @@ pub fn apply_edit(
             replaced: old_b.len(),
             line: 0,
             forgiven: None,
-            warning: inside_indentation(content, p, old, new),
+            // replace_all: each place is flagged, none re-indented.
+            warning: inside_indentation(content, p, old, new).map(|(_, whole, _)| {
+                format!(
+                    "{}; the lines new_string adds may be indented too little. Check them \
+                     below; if they are wrong, edit again with the line's whole indentation in \
+                     old_string and new_string.",
+                    inside_words(line_of(content, p), whole, old)
+                )
+            }),
         });
         out.extend_from_slice(&new_b);
         last = p + old_b.len();
@@ -213,18 +231,23 @@ pub fn apply_edit(
     Ok((out, reps))
 }
 
-/// Every start of `needle` in `hay`, overlapping ones included, at most `max`.
-fn overlapping(hay: &[u8], needle: &[u8], max: usize) -> Vec<usize> {
+/// The first two occurrences of `needle` in `hay` that overlap (the second starts before the
+/// first ends), if any.
+fn first_overlap(hay: &[u8], needle: &[u8]) -> Option<(usize, usize)> {
     let finder = memmem::Finder::new(needle);
-    let mut out = Vec::new();
+    let mut prev: Option<usize> = None;
     let mut at = 0;
-    while out.len() < max
-        && let Some(i) = hay.get(at..).and_then(|h| finder.find(h))
-    {
-        out.push(at + i);
-        at += i + 1;
+    while let Some(i) = hay.get(at..).and_then(|h| finder.find(h)) {
+        let start = at + i;
+        if let Some(p) = prev
+            && start < p + needle.len()
+        {
+            return Some((p, start));
+        }
+        prev = Some(start);
+        at = start + 1;
     }
-    out
+    None
 }
 
 /// "line 3" or "lines 3, 7" for line numbers already formatted.
@@ -235,10 +258,16 @@ fn lines_word(shown: &[String]) -> String {
     }
 }
 
-/// A warning when an exact match at `p` begins inside its line's indentation and new_string
-/// adds lines: the model likely copied only part of the indentation (old_string `"  x"` matched
-/// the end of `"    x"`), so the lines it adds carry too little of it.
-fn inside_indentation(content: &[u8], p: usize, old: &str, new: &str) -> Option<String> {
+/// Where an exact match at `p` begins inside its line's indentation while new_string adds
+/// lines: (the line's start, its whole indentation, the part of it before `p`). The model
+/// likely copied only part of the indentation (old_string `"  x"` matched the end of `"    x"`),
+/// so the lines it adds carry too little of it.
+fn inside_indentation<'a>(
+    content: &'a [u8],
+    p: usize,
+    old: &str,
+    new: &str,
+) -> Option<(usize, &'a str, &'a str)> {
     if !old.starts_with([' ', '\t']) || new.matches('\n').count() <= old.matches('\n').count() {
         return None;
     }
@@ -251,17 +280,131 @@ fn inside_indentation(content: &[u8], p: usize, old: &str, new: &str) -> Option<
         .iter()
         .take_while(|&&b| b == b' ' || b == b'\t')
         .count();
-    let sent = old.len() - old.trim_start_matches([' ', '\t']).len();
-    let whole = std::str::from_utf8(&content[line_start..line_start + whole]).unwrap_or("");
-    Some(format!(
-        "old_string matched starting inside the indentation of line {}: that line is indented \
-         with {}, old_string starts with {}, so the lines new_string adds may be indented too \
-         little. Check them below; if they are wrong, edit again with the line's whole \
-         indentation in old_string and new_string.",
-        line_of(content, p),
+    let whole = std::str::from_utf8(&content[line_start..line_start + whole]).ok()?;
+    let before = std::str::from_utf8(before).ok()?;
+    Some((line_start, whole, before))
+}
+
+/// The words that say an exact match began inside line `line`'s indentation.
+fn inside_words(line: usize, whole: &str, old: &str) -> String {
+    format!(
+        "old_string matched starting inside the indentation of line {line} (the line is \
+         indented with {}, old_string starts with {})",
         ws_words(whole),
-        ws_words(&old[..sent]),
-    ))
+        ws_words(indent_of(old)),
+    )
+}
+
+/// An exact match at `p` that begins inside its line's indentation, where new_string adds
+/// lines: placed by the indentation new_string shows it was written at. At the file's own, it
+/// replaces the whole line as sent; at old_string's, the lines it adds are indented like the
+/// lines next to them (the ones next to old_string's first line by the indentation it left
+/// out); neither is refused. None when the match is not such a match.
+fn partial_indent(
+    content: &[u8],
+    p: usize,
+    old: &str,
+    new: &str,
+) -> Result<Option<Edited>, ToolError> {
+    let Some((start, whole, before)) = inside_indentation(content, p, old, new) else {
+        return Ok(None);
+    };
+    let Ok(text) = std::str::from_utf8(content) else {
+        return Ok(None);
+    };
+    let line = text[start..].split('\n').next().unwrap_or("");
+    let (line, crlf) = match line.strip_suffix('\r') {
+        Some(l) => (l, true),
+        None => (line, false),
+    };
+    let split = |s: &'_ str| -> Vec<String> {
+        s.split('\n')
+            .map(|l| l.strip_suffix('\r').unwrap_or(l).to_string())
+            .collect()
+    };
+    let (old_lines, new_lines) = (split(old), split(new));
+    let old_l: Vec<&str> = old_lines.iter().map(String::as_str).collect();
+    let new_l: Vec<&str> = new_lines.iter().map(String::as_str).collect();
+    // Past its first line, old_string matched the file's lines as they are.
+    let file_of: Vec<Option<&str>> = std::iter::once(Some(line))
+        .chain(old_l[1..].iter().map(|l| Some(*l)))
+        .collect();
+    let pairs = shared_lines(&old_l, &new_l);
+    let n = line_of(content, p);
+    let frame = judge_frame(&file_of, &old_l, &new_l, &pairs).map_err(|why| {
+        let lines: Vec<&str> = text.lines().collect();
+        ToolError::Conflict(format!(
+            "{}, and {why}, so it is unclear which indentation new_string was written at and \
+             nothing was changed. The current lines are:\n{}\nSend old_string and new_string \
+             again with the file's own indentation, as shown above.",
+            inside_words(n, whole, old),
+            numbered_lines(&lines, n - 1, old_l.len().min(40)).trim_end()
+        ))
+    })?;
+    let eol = if crlf { "\r\n" } else { "\n" };
+    let (from, replacement, note) = match frame {
+        Frame::File => (
+            start,
+            new_lines.join(eol),
+            "new_string was already at the file's indentation, so it replaced the whole line as \
+             sent"
+                .to_string(),
+        ),
+        Frame::Sent => {
+            // Each old line's offset from the file: the first lacks `before`, the rest none.
+            let offset = |k: usize| {
+                if k == 0 {
+                    Indent::Shift(Shift::Add(before.to_string()))
+                } else {
+                    Indent::Shift(Shift::Same)
+                }
+            };
+            let mut anchor = 0;
+            let mut out = Vec::with_capacity(new_lines.len());
+            for (j, l) in new_l.iter().enumerate() {
+                if let Some(&(k, _)) = pairs.iter().find(|q| q.1 == j) {
+                    anchor = k;
+                }
+                // The first line keeps the indentation the file has before the match.
+                let shaped = if j == 0 {
+                    Some(l.to_string())
+                } else {
+                    offset(anchor).apply(l)
+                };
+                out.push(shaped.unwrap_or_else(|| l.to_string()));
+            }
+            (
+                p,
+                out.join(eol),
+                format!(
+                    "the lines new_string adds were indented like the lines next to them ({} \
+                     more next to old_string's first line)",
+                    ws_words(before)
+                ),
+            )
+        }
+    };
+    let end = p + old.len();
+    let mut out = Vec::with_capacity(content.len() + replacement.len());
+    out.extend_from_slice(&content[..from]);
+    let offset = out.len();
+    out.extend_from_slice(replacement.as_bytes());
+    out.extend_from_slice(&content[end..]);
+    let line = line_of(&out, offset);
+    Ok(Some((
+        out,
+        vec![Replacement {
+            offset,
+            len: replacement.len(),
+            replaced: end - from,
+            line,
+            forgiven: None,
+            warning: Some(format!(
+                "{}; {note}. Check the lines below.",
+                inside_words(n, whole, old)
+            )),
+        }],
+    )))
 }
 
 /// Indentation in words: "4 spaces", "1 tab", "2 tabs and 1 space", "no indentation".
@@ -880,8 +1023,9 @@ fn forgive(path: &str, content: &[u8], old: &str, new: &str) -> Result<Option<Ed
         );
         for &(_, first, last, l) in places.iter().take(5) {
             msg.push_str(&format!(
-                "\n\n{} matches ignoring {}:\n{}",
+                "\n\n{} {} ignoring {}:\n{}",
                 capitalized(&span(first + 1, last + 1)),
+                if first == last { "matches" } else { "match" },
                 l.what(),
                 numbered_lines(&all_text, first, (last - first + 1).min(8)).trim_end()
             ));

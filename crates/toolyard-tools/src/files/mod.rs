@@ -99,18 +99,19 @@ fn aimed_windows(text: &str, aim: &Aim<'_>) -> Vec<(usize, usize)> {
         for old in olds.iter().filter(|o| !o.trim().is_empty()) {
             let crlf = old.replace("\r\n", "\n").replace('\n', "\r\n");
             let at = text.find(old).or_else(|| text.find(&crlf));
-            let window = match at {
+            let windows = match at {
                 Some(p) => {
                     let first = text[..p].matches('\n').count();
                     let body = old.trim_end_matches(['\n', '\r']);
-                    Some((first, first + body.matches('\n').count()))
+                    vec![(first, first + body.matches('\n').count())]
                 }
+                // Not there as sent: the places most like it (the model may mean either).
                 None => {
                     let old_lines: Vec<&str> = old.lines().collect();
-                    nearest_windows(&lines, &old_lines, 1).first().copied()
+                    nearest_windows(&lines, &old_lines, 2)
                 }
             };
-            if let Some((first, last)) = window {
+            for (first, last) in windows {
                 let from = first.saturating_sub(AIM_CONTEXT);
                 let to = (last + AIM_CONTEXT + 1)
                     .min(lines.len())
@@ -191,8 +192,9 @@ pub(crate) async fn refuse_unread(
     } else if edit {
         format!(
             "{why}, so nothing was changed. Its current lines where the edit aims are below; \
-             this counts as reading it, so check the edit against them and send it again \
-             (changed to fit them if needed).\n{shown}[{rel} has {total} lines; shown: {}]",
+             this counts as reading it (no read_file call is needed), so check the edit against \
+             them and send it again, changed to fit them if needed.\n{shown}[{rel} has {total} \
+             lines; shown: {}]",
             ranges.join(", ")
         )
     } else {
