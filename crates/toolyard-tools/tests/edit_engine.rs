@@ -7,6 +7,7 @@
 use std::fs;
 use std::sync::Arc;
 
+use proptest::prelude::*;
 use serde_json::{Value, json};
 use toolyard_core::{Tool, ToolContext, ToolResult};
 use toolyard_tools::dialect::Dialect;
@@ -294,6 +295,47 @@ async fn an_exact_match_inside_a_line_s_indentation_that_adds_lines_is_placed_an
         .await;
     assert!(!ok(&r).contains("inside the indentation"));
     assert_eq!(f.read("f"), "mod t {\n    t!(c);\n}\n");
+    // Several lines: the ones after the first matched the file as they are, so an added line
+    // at the first line's short indentation could mean either level, and is refused...
+    let text = "fn f() {\n    let a = 1;\nlet_top();\n";
+    f.write("f", text);
+    f.read_first("f").await;
+    let r = f
+        .call(
+            "edit_file",
+            json!({"path": "f", "old_string": "  let a = 1;\nlet_top();", "new_string": "  let a = 1;\n  let b = 2;\nlet_top();"}),
+        )
+        .await;
+    assert!(
+        failed(&r).contains("unclear whether that line belongs"),
+        "{}",
+        r.output
+    );
+    assert_eq!(f.read("f"), text);
+    // ...while one at the other lines' indentation is theirs: a plain exact edit, as is an
+    // old_string that starts at a line's text (how models usually cut it).
+    let r = f
+        .call(
+            "edit_file",
+            json!({"path": "f", "old_string": "  let a = 1;\nlet_top();", "new_string": "  let a = 1;\nlet_mid();\nlet_top();"}),
+        )
+        .await;
+    ok(&r);
+    assert_eq!(
+        f.read("f"),
+        "fn f() {\n    let a = 1;\nlet_mid();\nlet_top();\n"
+    );
+    let r = f
+        .call(
+            "edit_file",
+            json!({"path": "f", "old_string": "fn f() {\n    let a = 1;", "new_string": "fn f() {\n    let z = 0;\n    let a = 1;"}),
+        )
+        .await;
+    ok(&r);
+    assert!(
+        f.read("f")
+            .starts_with("fn f() {\n    let z = 0;\n    let a = 1;\n")
+    );
     // With replace_all each place is only flagged.
     let (_, reps) = apply_edit("f", b"  x\n  x\n", " x", " x\n y", true).unwrap();
     assert!(reps.iter().all(|r| {
@@ -417,4 +459,114 @@ fn a_whitespace_hint_for_one_line_names_one_line() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("Line 2 matches it except for whitespace"), "{e}");
+}
+
+/// A line of a generated file: indentation (levels of four spaces, or tabs), a word, and
+/// sometimes trailing spaces.
+fn file_line() -> impl Strategy<Value = String> {
+    (
+        0usize..3,
+        any::<bool>(),
+        "[a-z]{2,6}( [a-z]{1,4})?",
+        0usize..3,
+    )
+        .prop_map(|(level, tabs, word, trailing)| {
+            let unit = if tabs { "\t" } else { "    " };
+            format!("{}{word};{}", unit.repeat(level), " ".repeat(trailing))
+        })
+}
+
+fn indent_of(s: &str) -> &str {
+    &s[..s.len() - s.trim_start_matches([' ', '\t']).len()]
+}
+
+/// old_string's lines as the model mistypes them: the same slip on every line.
+fn slipped(line: &str, slip: u8) -> String {
+    match slip {
+        0 => line.to_string(),
+        1 => line.trim_end().to_string(),
+        2 => format!("{line}  "),
+        3 => format!("    {line}"),
+        _ => line
+            .strip_prefix("    ")
+            .or_else(|| line.strip_prefix('\t'))
+            .unwrap_or(line)
+            .to_string(),
+    }
+}
+
+/// Whether `slip` changes every non-blank line the same way (a line without indentation
+/// cannot lose a level).
+fn uniform(lines: &[String], slip: u8) -> bool {
+    slip != 4 || lines.iter().all(|l| !indent_of(l).is_empty())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// Whatever whitespace slip old_string has, and whichever indentation new_string was
+    /// written at (old_string's or the file's): an applied edit inserts the new line at the
+    /// file's indentation of its neighbour and leaves every other line byte for byte as it was.
+    #[test]
+    fn an_applied_near_miss_keeps_every_other_line_and_indents_like_the_file(
+        file in proptest::collection::vec(file_line(), 6..14),
+        at in 0usize..100,
+        slip in 0u8..5,
+        new_as_in_file in any::<bool>(),
+        word in "[A-Z]{3,6}",
+    ) {
+        let text: String = file.iter().map(|l| format!("{l}\n")).collect();
+        let i = at % (file.len() - 3);
+        let window = &file[i..i + 4];
+        // A line without indentation cannot lose a level: then the slip adds one.
+        let slip = if uniform(window, slip) { slip } else { 3 };
+        let old: Vec<String> = window.iter().map(|l| slipped(l, slip)).collect();
+        // The model's new text: its first line, the new line after it, its other lines.
+        // Only indentation tells the two apart: a trailing-space slip is the same in both.
+        let base: Vec<String> = if new_as_in_file && slip >= 3 {
+            window.to_vec()
+        } else {
+            old.clone()
+        };
+        let mut new = vec![base[0].clone(), format!("{}{word};", indent_of(&base[0]))];
+        new.extend(base[1..].iter().cloned());
+        if let Ok((out, _)) = apply_edit("f", text.as_bytes(), &old.join("\n"), &new.join("\n"), false) {
+            let mut want = file.clone();
+            want.insert(i + 1, format!("{}{word};", indent_of(&file[i])));
+            let want: String = want.iter().map(|l| format!("{l}\n")).collect();
+            prop_assert_eq!(String::from_utf8(out).unwrap(), want);
+        }
+    }
+
+
+    /// The report's §13 on one line: old_string starts inside the line's indentation, and
+    /// new_string adds a line after it at the indentation old_string has. Applied, the new
+    /// line is at the file's indentation of that line; else refused, the file as it was.
+    #[test]
+    fn a_line_matched_inside_its_indentation_gets_added_lines_at_its_level(
+        mut file in proptest::collection::vec(file_line(), 3..8),
+        at in 0usize..100,
+        cut in 0usize..8,
+        unit in prop_oneof![Just("\t"), Just("  "), Just("    ")],
+        word in "[A-Z]{3,6}",
+    ) {
+        let i = at % file.len();
+        // The target line has indentation.
+        file[i] = format!("{unit}{}", file[i]);
+        let text: String = file.iter().map(|l| format!("{l}\n")).collect();
+        let whole = indent_of(&file[i]);
+        // From the line's start to just before its text: never at the text itself.
+        let cut = cut % whole.len();
+        let old = file[i][cut..].to_string();
+        let new = format!("{old}\n{}{word};", indent_of(&old));
+        match apply_edit("f", text.as_bytes(), &old, &new, false) {
+            Ok((out, _)) => {
+                let mut want = file.clone();
+                want.insert(i + 1, format!("{whole}{word};"));
+                let want: String = want.iter().map(|l| format!("{l}\n")).collect();
+                prop_assert_eq!(String::from_utf8(out).unwrap(), want);
+            }
+            Err(e) => prop_assert!(e.to_string().contains("old_string"), "{}", e),
+        }
+    }
 }

@@ -297,9 +297,12 @@ fn inside_words(line: usize, whole: &str, old: &str) -> String {
 
 /// An exact match at `p` that begins inside its line's indentation, where new_string adds
 /// lines: placed by the indentation new_string shows it was written at. At the file's own, it
-/// replaces the whole line as sent; at old_string's, the lines it adds are indented like the
-/// lines next to them (the ones next to old_string's first line by the indentation it left
-/// out); neither is refused. None when the match is not such a match.
+/// replaces the whole line as sent. At old_string's: when old_string is one line, the lines
+/// new_string adds are indented like it (by the indentation it left out); when it has more
+/// lines, those matched the file as they are, so the added lines are the file's as sent, unless
+/// one is at the first line's short indentation and no other line of old_string's, which could
+/// mean either level and is refused. Unclear indentation is refused with the current lines.
+/// None when the match is not such a match, or is a plain exact edit after all.
 fn partial_indent(
     content: &[u8],
     p: usize,
@@ -342,6 +345,37 @@ fn partial_indent(
         ))
     })?;
     let eol = if crlf { "\r\n" } else { "\n" };
+    let body_lines = old.trim_end_matches(['\n', '\r']).matches('\n').count() + 1;
+    if frame == Frame::Sent && body_lines > 1 {
+        // The lines after the first matched the file as they are: the model knows their
+        // indentation, so its added lines are the file's, unless one sits at the first line's
+        // short indentation, which no other line of old_string has.
+        let short = indent_of(old_l[0]);
+        let others_use = old_l[1..]
+            .iter()
+            .any(|l| !is_blank(l) && indent_of(l) == short);
+        let odd = (0..new_l.len()).find(|&j| {
+            !is_blank(new_l[j]) && !pairs.iter().any(|q| q.1 == j) && indent_of(new_l[j]) == short
+        });
+        return match odd {
+            Some(j) if !others_use => {
+                let lines: Vec<&str> = text.lines().collect();
+                Err(ToolError::Conflict(format!(
+                    "{}, and line {} of new_string is indented with {} like old_string's first \
+                     line, while its other lines matched the file as they are, so it is unclear \
+                     whether that line belongs at the first line's level or at {} and nothing \
+                     was changed. The current lines are:\n{}\nSend old_string and new_string \
+                     again with the file's own indentation, as shown above.",
+                    inside_words(n, whole, old),
+                    j + 1,
+                    ws_words(short),
+                    ws_words(short),
+                    numbered_lines(&lines, n - 1, old_l.len().min(40)).trim_end()
+                )))
+            }
+            _ => Ok(None),
+        };
+    }
     let (from, replacement, note) = match frame {
         Frame::File => (
             start,
