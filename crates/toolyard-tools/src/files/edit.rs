@@ -50,10 +50,8 @@ pub struct EditFileCall {
     pub path: String,
     /// The exact text to find (copy it from read_file's output, without the line numbers).
     /// Required unless `edits` is given.
-    #[serde(default)]
     pub old_string: Option<String>,
     /// The text to put in its place. Required unless `edits` is given.
-    #[serde(default)]
     pub new_string: Option<String>,
     /// Replace every occurrence instead of requiring exactly one (default false).
     #[serde(default)]
@@ -61,7 +59,7 @@ pub struct EditFileCall {
     /// Several edits of this file in one call, instead of old_string/new_string: a list of
     /// {old_string, new_string, replace_all?}, each applied to the result of the one before;
     /// if any of them fails, none is applied and the file is untouched.
-    #[serde(default)]
+    #[schemars(length(min = 1))]
     pub edits: Option<Vec<EditOp>>,
 }
 
