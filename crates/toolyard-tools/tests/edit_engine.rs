@@ -391,6 +391,16 @@ async fn a_write_over_an_unread_file_shows_its_head() {
     assert!(e.contains("f has not been read in this session"), "{e}");
     assert!(e.contains("     1|keep me\n     2|and me"), "{e}");
     assert_eq!(f.read("f"), "keep me\nand me\n");
+    // A binary file is named as one, not shown.
+    fs::write(f.w.ws.join("b.bin"), [0u8, 159, 146, 150, 0, 1, 2]).unwrap();
+    let r = f
+        .call("write_file", json!({"path": "b.bin", "content": "x"}))
+        .await;
+    assert!(
+        failed(&r).contains("It is a binary file (7 bytes)"),
+        "{}",
+        r.output
+    );
 }
 
 #[tokio::test]

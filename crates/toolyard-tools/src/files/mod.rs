@@ -180,7 +180,19 @@ pub(crate) async fn refuse_unread(
         }
         _ => format!("{rel} has not been read in this session"),
     };
-    let msg = if total == 0 {
+    let binary = content_inspector::inspect(&content[..content.len().min(8192)]).is_binary();
+    let msg = if binary {
+        format!(
+            "{why}, so nothing was {}. It is a binary file ({} bytes); {}",
+            if edit { "changed" } else { "written" },
+            content.len(),
+            if edit {
+                "this counts as reading it."
+            } else {
+                "call read_file on it, then retry."
+            }
+        )
+    } else if total == 0 {
         format!(
             "{why}, so nothing was changed. It is empty now{}",
             if edit {
