@@ -478,7 +478,8 @@ def edits_section(e: dict) -> list[str]:
         "`edit_file` given an `old_string` with one slip, over a corpus cut from real source "
         "(`crates/toolyard-tools/tests/near_miss/`): each 4-line window that is unique in its file gets one edit, "
         "once with each slip the engine forgives (line endings, trailing whitespace, a uniform indentation "
-        "offset, blank lines: it must apply exactly as the intended edit) and once with each difference it "
+        "offset with `new_string` slipped the same way or written at the file's own indentation, blank lines: "
+        "it must apply exactly as the intended edit) and once with each difference it "
         "must never forgive (an identifier, a quote, a missing line, a missing comma: it must refuse and "
         "leave the file untouched). The edits are unguided: no retry after an error.",
         "",
@@ -515,7 +516,10 @@ def dialect_tables(d: dict) -> list[str]:
         "corpus and the same slips as above, plus *ambiguous* cases (a whole line the file has at several places, "
         "aimed at its first), sent through each dialect's own edit tool as a model would call it: "
         + ", ".join(f"`{x}`" for x in tools) + " (`codex apply_patch` gets the old lines as `-` lines and the new "
-        "as `+` lines). Each attempt counts as one of:",
+        "as `+` lines). The *patch* rows are the same insertion sent as a patch whose other lines are context "
+        "(` `) lines, with a slip models make there: trailing spaces dropped, tabs sent as spaces or spaces as "
+        "tabs, indentation one level off, or off by different amounts from line to line; the other tools get the "
+        "same lines as `old_string` and `new_string`. Each attempt counts as one of:",
         "",
         "- **applied**: the edit landed exactly as intended (the file is byte for byte what the exact edit makes);",
         "- **guided**: refused, the file untouched, and the error shows the intended place among the nearest "

@@ -4,8 +4,12 @@
 //!
 //! Where Toolyard is stricter than Codex: when the old lines of a chunk (or an `@@` anchor) match
 //! more than one place at the first matching pass, Codex takes the first; Toolyard refuses and
-//! names the candidate lines. A patch that fails anywhere changes nothing (Codex's standalone
-//! binary keeps the files it wrote before the failure).
+//! names the candidate lines, and a match found only by a forgiving pass is taken only when no
+//! other place matches at any pass. Context lines keep the file's own bytes (Codex writes the
+//! patch's), added lines are re-indented like the context around them, a match whose
+//! indentation differs by different amounts from line to line is refused, and a success shows
+//! the changed lines. A patch that fails anywhere changes nothing (Codex's standalone binary
+//! keeps the files it wrote before the failure).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -15,7 +19,10 @@ use toolyard_core::{ToolContext, ToolError};
 use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use crate::ToolEnv;
-use crate::files::{commit_write_in, nearest_windows, reindent_like};
+use crate::files::{
+    Frame, Indent, MixedIndent, Shift, capitalized, commit_write_in, indent_of, indent_relation,
+    judge_frame, nearest_windows, numbered_lines, shared_lines, span, ws_words,
+};
 
 const BEGIN: &str = "*** Begin Patch";
 const END: &str = "*** End Patch";
@@ -60,12 +67,51 @@ pub enum Hunk {
 pub struct Chunk {
     /// The `@@ <line>` anchor: a line the chunk comes after.
     pub context: Option<String>,
-    /// Context and removed lines, as they are in the file.
-    pub old_lines: Vec<String>,
-    /// Context and added lines, as they will be.
-    pub new_lines: Vec<String>,
+    /// The chunk's lines in patch order: context, removed and added.
+    pub lines: Vec<PatchLine>,
     /// `*** End of File`: the old lines end the file.
     pub end_of_file: bool,
+}
+
+/// One line of a chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatchLine {
+    /// ` ` (or an empty line): in the file, and stays.
+    Context(String),
+    /// `-`: in the file, and goes.
+    Removed(String),
+    /// `+`: not in the file, and comes.
+    Added(String),
+}
+
+impl PatchLine {
+    /// The line as it is in the file before the patch, if it is there.
+    fn before(&self) -> Option<&str> {
+        match self {
+            PatchLine::Context(t) | PatchLine::Removed(t) => Some(t),
+            PatchLine::Added(_) => None,
+        }
+    }
+
+    /// The line as it is after the patch, if it is there.
+    fn after(&self) -> Option<&str> {
+        match self {
+            PatchLine::Context(t) | PatchLine::Added(t) => Some(t),
+            PatchLine::Removed(_) => None,
+        }
+    }
+}
+
+impl Chunk {
+    /// Context and removed lines, as they are in the file.
+    pub fn old_lines(&self) -> Vec<&str> {
+        self.lines.iter().filter_map(PatchLine::before).collect()
+    }
+
+    /// Context and added lines, as they will be.
+    pub fn new_lines(&self) -> Vec<&str> {
+        self.lines.iter().filter_map(PatchLine::after).collect()
+    }
 }
 
 fn invalid(message: impl Into<String>) -> ToolError {
@@ -257,19 +303,14 @@ fn parse_chunk(
             used += 1;
             break;
         }
-        let mut chars = line.chars();
-        match chars.next() {
+        // The marker is one ASCII byte; the text follows it.
+        let rest = || line.get(1..).unwrap_or("").to_string();
+        match line.chars().next() {
             // An empty line inside a hunk is an empty context line.
-            None => {
-                chunk.old_lines.push(String::new());
-                chunk.new_lines.push(String::new());
-            }
-            Some(' ') => {
-                chunk.old_lines.push(chars.as_str().to_string());
-                chunk.new_lines.push(chars.as_str().to_string());
-            }
-            Some('+') => chunk.new_lines.push(chars.as_str().to_string()),
-            Some('-') => chunk.old_lines.push(chars.as_str().to_string()),
+            None => chunk.lines.push(PatchLine::Context(String::new())),
+            Some(' ') => chunk.lines.push(PatchLine::Context(rest())),
+            Some('+') => chunk.lines.push(PatchLine::Added(rest())),
+            Some('-') => chunk.lines.push(PatchLine::Removed(rest())),
             Some(_) => {
                 if used == 0 {
                     return Err(invalid_hunk(
@@ -339,18 +380,30 @@ fn plain_char(c: char) -> char {
 /// Where a sequence of lines was found.
 #[derive(Debug, PartialEq, Eq)]
 enum Seek {
-    At(usize),
-    /// Several windows match at `Pass` (0-based starts, at most a few).
-    Ambiguous(Pass, Vec<usize>),
+    /// One place (0-based start), found at this pass.
+    At(usize, Pass),
+    /// Several places (0-based starts, at most a few), each with the first pass that matched it.
+    Ambiguous(Vec<(usize, Pass)>),
     Missing,
 }
 
-/// Codex's `seek_sequence`: the first pass that matches anywhere from `start` (from the last
-/// possible window when `eof`) decides. With `unique`, more than one window at that pass is
-/// `Ambiguous` instead of the first.
-fn seek(lines: &[String], pattern: &[String], start: usize, eof: bool, unique: bool) -> Seek {
+/// Most places collected per pass.
+const MAX_HITS: usize = 6;
+
+/// Codex's `seek_sequence` from `start` (from the last possible window when `eof`): the first
+/// pass that matches anywhere decides, with Toolyard's checks. With `unique` (no `@@` anchor),
+/// more than one window at that pass is `Ambiguous`, and so is a match by a forgiving pass when
+/// another place matches at any pass. After an anchor (`unique` false) the first match wins, as
+/// in Codex, unless a looser pass matches a place between the anchor and it.
+fn seek<S: AsRef<str>>(
+    lines: &[String],
+    pattern: &[S],
+    start: usize,
+    eof: bool,
+    unique: bool,
+) -> Seek {
     if pattern.is_empty() {
-        return Seek::At(start);
+        return Seek::At(start, Pass::Exact);
     }
     if pattern.len() > lines.len() {
         return Seek::Missing;
@@ -360,54 +413,69 @@ fn seek(lines: &[String], pattern: &[String], start: usize, eof: bool, unique: b
     if from > last {
         return Seek::Missing;
     }
+    // Each place with the first pass that matched it, in pass order.
+    let mut found: Vec<(usize, Pass)> = Vec::new();
+    let mut winner: Option<(Pass, Vec<usize>)> = None;
     for pass in PASSES {
-        let want: Vec<Cow<str>> = pattern.iter().map(|p| pass.key(p)).collect();
+        let want: Vec<Cow<str>> = pattern.iter().map(|p| pass.key(p.as_ref())).collect();
         let have: Vec<Cow<str>> = lines[from..].iter().map(|l| pass.key(l)).collect();
         let mut hits = Vec::new();
         for i in 0..=(last - from) {
             if have[i..i + want.len()] == want[..] {
                 hits.push(from + i);
-                if !unique || hits.len() == 5 {
+                if hits.len() == MAX_HITS {
                     break;
                 }
             }
         }
-        match hits.len() {
-            0 => continue,
-            1 => return Seek::At(hits[0]),
-            _ if !unique => return Seek::At(hits[0]),
-            _ => return Seek::Ambiguous(pass, hits),
+        for &h in &hits {
+            if !found.iter().any(|f| f.0 == h) {
+                found.push((h, pass));
+            }
+        }
+        if winner.is_none() && !hits.is_empty() {
+            // An exact match is what the model wrote: no looser pass can overrule it.
+            if pass == Pass::Exact && (!unique || hits.len() == 1) {
+                return Seek::At(hits[0], pass);
+            }
+            winner = Some((pass, hits));
         }
     }
-    Seek::Missing
-}
-
-/// `lines` numbered for the model, `first` being 0-based.
-fn numbered(lines: &[String], first: usize, count: usize) -> String {
-    lines
-        .iter()
-        .enumerate()
-        .skip(first)
-        .take(count)
-        .map(|(i, l)| format!("{:>6}|{l}\n", i + 1))
-        .collect()
+    let Some((pass, hits)) = winner else {
+        return Seek::Missing;
+    };
+    let chosen = hits[0];
+    if unique && hits.len() > 1 {
+        return Seek::Ambiguous(hits.into_iter().map(|h| (h, pass)).collect());
+    }
+    let rivals: Vec<(usize, Pass)> = found
+        .into_iter()
+        .filter(|&(h, _)| h != chosen && (unique || h < chosen))
+        .collect();
+    if rivals.is_empty() {
+        return Seek::At(chosen, pass);
+    }
+    let mut all = vec![(chosen, pass)];
+    all.extend(rivals);
+    all.sort_unstable_by_key(|p| p.0);
+    Seek::Ambiguous(all)
 }
 
 /// The windows of the file most like `pattern` (up to three), numbered, for a "not found" error.
-fn nearest(path: &str, lines: &[String], pattern: &[String]) -> String {
+fn nearest<S: AsRef<str>>(path: &str, lines: &[String], pattern: &[S]) -> String {
     if lines.is_empty() {
         return format!("{path} is empty.");
     }
     let file: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let old: Vec<&str> = pattern.iter().map(String::as_str).collect();
+    let old: Vec<&str> = pattern.iter().map(AsRef::as_ref).collect();
     let found = nearest_windows(&file, &old, 3);
     let Some(&(first, last)) = found.first() else {
         return format!(
             "No lines of {path} look like them. Its first lines are:\n{}",
-            numbered(lines, 0, pattern.len().clamp(5, 12))
+            numbered_lines(lines, 0, pattern.len().clamp(5, 12))
         );
     };
-    let show = |first: usize, last: usize| numbered(lines, first, (last - first + 1).min(12));
+    let show = |first: usize, last: usize| numbered_lines(lines, first, (last - first + 1).min(12));
     let mut out = if first == last {
         format!("The nearest line in {path} is line {}:\n", first + 1)
     } else {
@@ -419,32 +487,123 @@ fn nearest(path: &str, lines: &[String], pattern: &[String]) -> String {
     };
     out.push_str(&show(first, last));
     for &(f, l) in &found[1..] {
-        out.push_str(&format!("Also like them, lines {}-{}:\n", f + 1, l + 1));
+        out.push_str(&format!("Also like them, {}:\n", span(f + 1, l + 1)));
         out.push_str(&show(f, l));
     }
     out
 }
 
-fn ambiguous(path: &str, what: &str, shown: &str, pass: Pass, hits: &[usize]) -> ToolError {
-    let at: Vec<String> = hits.iter().map(|h| (h + 1).to_string()).collect();
-    let more = if hits.len() >= 5 { " and more" } else { "" };
-    ToolError::Conflict(format!(
-        "Ambiguous patch for {path}: {what} match {} places ({}), starting at lines {}{more}:\n\
-         {shown}\nCodex would change the first; Toolyard refuses to guess. Add context lines, or \
-         an `@@ <line>` header naming a line just above the change, so they match one place.",
-        if hits.len() >= 5 {
-            "5 or more".to_string()
+/// The refusal of lines that match several places: each place numbered, with the pass that
+/// matched it.
+fn ambiguous(
+    path: &str,
+    what: &str,
+    shown: &str,
+    lines: &[String],
+    len: usize,
+    places: &[(usize, Pass)],
+) -> ToolError {
+    let at: Vec<String> = places.iter().map(|h| (h.0 + 1).to_string()).collect();
+    let more = if places.len() >= MAX_HITS {
+        " and more"
+    } else {
+        ""
+    };
+    let passes: Vec<Pass> = places.iter().map(|p| p.1).collect();
+    let how = if passes.iter().all(|&p| p == passes[0]) {
+        format!("({})", passes[0].describe())
+    } else {
+        "(at different passes)".to_string()
+    };
+    let mut msg = format!(
+        "Ambiguous patch for {path}: {what} match {} places {how}, starting at lines {}{more}:\n\
+         {shown}\n",
+        if places.len() >= MAX_HITS {
+            format!("{MAX_HITS} or more")
         } else {
-            hits.len().to_string()
+            places.len().to_string()
         },
-        pass.describe(),
         at.join(", ")
-    ))
+    );
+    for &(h, pass) in places.iter().take(4) {
+        msg.push_str(&format!(
+            "\nAt {} ({}):\n{}",
+            span(h + 1, h + len),
+            pass.describe(),
+            numbered_lines(lines, h, len.min(6))
+        ));
+    }
+    msg.push_str(
+        "\nCodex would change the first it finds; Toolyard refuses to guess. Add context lines, \
+         or an `@@ <line>` header naming a line just above the change, and copy them exactly, \
+         so they match one place.",
+    );
+    ToolError::Conflict(msg)
 }
+
+/// A file's text after a patch, and what to show of the change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Patched {
+    /// The new text, ending in a newline.
+    pub text: String,
+    /// The changed places: 0-based first line in the new text and how many lines the chunk's
+    /// lines take there.
+    pub regions: Vec<(usize, usize)>,
+    /// What was forgiven or adjusted, per chunk that needed it.
+    pub notes: Vec<String>,
+}
+
+impl Patched {
+    /// The changed places, numbered (a line of context around each), after what was forgiven:
+    /// for the success text.
+    pub fn show(&self, path: &str) -> String {
+        let lines: Vec<&str> = self.text.lines().collect();
+        let mut out = format!("{path}:");
+        for note in &self.notes {
+            out.push(' ');
+            out.push_str(note);
+        }
+        if !self.notes.is_empty() {
+            out.push_str(" Check the lines below.");
+        }
+        let mut shown: Vec<(usize, usize)> = Vec::new();
+        for &(first, n) in &self.regions {
+            let (from, to) = if n == 0 {
+                (first.saturating_sub(2), (first + 2).min(lines.len()))
+            } else {
+                (first.saturating_sub(1), (first + n + 1).min(lines.len()))
+            };
+            match shown.last_mut() {
+                Some(last) if from <= last.1 => last.1 = last.1.max(to),
+                _ => shown.push((from, to)),
+            }
+        }
+        for &(from, to) in shown.iter().take(SHOW_PLACES) {
+            out.push('\n');
+            let n = to - from;
+            out.push_str(&numbered_lines(&lines, from, n.min(SHOW_LINES)));
+            if n > SHOW_LINES {
+                out.push_str(&format!("[... {} more changed lines]\n", n - SHOW_LINES));
+            }
+        }
+        if shown.len() > SHOW_PLACES {
+            out.push_str(&format!(
+                "\n[... and {} more changed places]\n",
+                shown.len() - SHOW_PLACES
+            ));
+        }
+        out.trim_end().to_string()
+    }
+}
+
+/// Changed places shown per file in a success.
+const SHOW_PLACES: usize = 4;
+/// Lines shown per changed place.
+const SHOW_LINES: usize = 24;
 
 /// The file's text with `chunks` applied (Codex's `compute_replacements` and
 /// `apply_replacements`), ending in a newline. A CRLF file stays CRLF, a BOM stays.
-pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<String, ToolError> {
+pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Patched, ToolError> {
     let (bom, text) = match original.strip_prefix('\u{FEFF}') {
         Some(rest) => ("\u{FEFF}", rest),
         None => ("", original),
@@ -465,13 +624,19 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Stri
         lines.pop();
     }
     let mut replacements: Vec<(usize, usize, Vec<String>)> = Vec::new();
+    let mut notes = Vec::new();
     let mut cursor = 0;
-    for chunk in chunks {
+    for (n, chunk) in chunks.iter().enumerate() {
+        let which = if chunks.len() > 1 {
+            format!("chunk {}", n + 1)
+        } else {
+            "the chunk".to_string()
+        };
         if let Some(ctx) = &chunk.context {
             match seek(&lines, std::slice::from_ref(ctx), cursor, false, true) {
-                Seek::At(i) => cursor = i + 1,
-                Seek::Ambiguous(pass, hits) => {
-                    return Err(ambiguous(path, "the @@ line", ctx, pass, &hits));
+                Seek::At(i, _) => cursor = i + 1,
+                Seek::Ambiguous(places) => {
+                    return Err(ambiguous(path, "the @@ line", ctx, &lines, 1, &places));
                 }
                 Seek::Missing => {
                     return Err(ToolError::Conflict(format!(
@@ -481,7 +646,8 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Stri
                 }
             }
         }
-        if chunk.old_lines.is_empty() {
+        let mut ops: Cow<[PatchLine]> = Cow::Borrowed(&chunk.lines);
+        if chunk.old_lines().is_empty() {
             // Codex appends a chunk of only `+` lines at the end of the file (before a final
             // blank line), whatever its `@@` anchor says.
             let at = if lines.last().is_some_and(String::is_empty) {
@@ -489,61 +655,45 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Stri
             } else {
                 lines.len()
             };
-            replacements.push((at, 0, chunk.new_lines.clone()));
+            let new = chunk.new_lines().iter().map(|l| l.to_string()).collect();
+            replacements.push((at, 0, new));
             continue;
         }
         // After an `@@` anchor the model has said where: the first match after it, as Codex.
         let unique = chunk.context.is_none();
-        let mut old: &[String] = &chunk.old_lines;
-        let mut new: &[String] = &chunk.new_lines;
-        let mut found = seek(&lines, old, cursor, chunk.end_of_file, unique);
-        if found == Seek::Missing && old.last().is_some_and(String::is_empty) {
+        let old = chunk.old_lines();
+        let mut found = seek(&lines, &old, cursor, chunk.end_of_file, unique);
+        if found == Seek::Missing && old.last().is_some_and(|l| l.is_empty()) {
             // The patch's final empty line may stand for the file's final newline.
-            old = &old[..old.len() - 1];
-            if new.last().is_some_and(String::is_empty) {
-                new = &new[..new.len() - 1];
-            }
-            found = seek(&lines, old, cursor, chunk.end_of_file, unique);
+            ops = Cow::Owned(without_final_empty(&chunk.lines));
+            let old: Vec<&str> = ops.iter().filter_map(PatchLine::before).collect();
+            found = seek(&lines, &old, cursor, chunk.end_of_file, unique);
         }
+        let old: Vec<&str> = ops.iter().filter_map(PatchLine::before).collect();
         match found {
-            Seek::At(i) => {
-                // Matched ignoring leading whitespace with one uniform offset: the new lines
-                // were written with the same offset, so they take the file's indentation.
-                let file: Vec<&str> = lines[i..i + old.len()].iter().map(String::as_str).collect();
-                let old_s: Vec<&str> = old.iter().map(String::as_str).collect();
-                let new = match reindent_like(&file, &old_s, new) {
-                    Ok(shifted) => shifted.unwrap_or_else(|| new.to_vec()),
-                    Err(()) => {
-                        return Err(ToolError::Conflict(format!(
-                            "Failed to find expected lines in {path}:\n{}\n\nLines {}-{} have \
-                             the same text but lines of only brackets differ in indentation, \
-                             and by different amounts, so they may not be the lines meant (a \
-                             line may be missing). {}Copy the context and - lines exactly from the current \
-                             file.",
-                            chunk.old_lines.join("\n"),
-                            i + 1,
-                            i + old.len(),
-                            nearest(path, &lines, &chunk.old_lines)
-                        )));
-                    }
-                };
+            Seek::At(i, pass) => {
+                let (new, note) = place(path, &lines, i, &ops, pass, &which)?;
+                if let Some(note) = note {
+                    notes.push(note);
+                }
                 replacements.push((i, old.len(), new));
                 cursor = i + old.len();
             }
-            Seek::Ambiguous(pass, hits) => {
+            Seek::Ambiguous(places) => {
                 return Err(ambiguous(
                     path,
                     "the expected lines",
-                    &chunk.old_lines.join("\n"),
-                    pass,
-                    &hits,
+                    &chunk.old_lines().join("\n"),
+                    &lines,
+                    old.len(),
+                    &places,
                 ));
             }
             Seek::Missing => {
                 let mut msg = format!(
                     "Failed to find expected lines in {path}:\n{}\n\n{}",
-                    chunk.old_lines.join("\n"),
-                    nearest(path, &lines, &chunk.old_lines)
+                    chunk.old_lines().join("\n"),
+                    nearest(path, &lines, &chunk.old_lines())
                 );
                 if cursor > 0 {
                     msg.push_str(&format!(
@@ -560,6 +710,13 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Stri
         }
     }
     replacements.sort_by_key(|r| r.0);
+    // Where each replacement lands in the new text: earlier ones move it by their growth.
+    let mut regions = Vec::with_capacity(replacements.len());
+    let mut growth = 0isize;
+    for (at, len, new) in &replacements {
+        regions.push((at.saturating_add_signed(growth), new.len()));
+        growth += new.len() as isize - *len as isize;
+    }
     for (at, len, new) in replacements.into_iter().rev() {
         lines.splice(at..at + len, new);
     }
@@ -568,7 +725,218 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Stri
         out.push_str(line);
         out.push_str(eol);
     }
-    Ok(out)
+    Ok(Patched {
+        text: out,
+        regions,
+        notes,
+    })
+}
+
+/// `ops` without the final empty old line (and the final empty new line, if the new lines end
+/// in one): the retry where a patch's last empty line stood for the file's final newline.
+fn without_final_empty(ops: &[PatchLine]) -> Vec<PatchLine> {
+    let mut ops: Vec<Option<PatchLine>> = ops.iter().cloned().map(Some).collect();
+    let old_at = |l: &Option<PatchLine>| l.as_ref().and_then(|l| l.before().map(str::to_owned));
+    let new_at = |l: &Option<PatchLine>| l.as_ref().and_then(|l| l.after().map(str::to_owned));
+    let drop_old = ops.iter().rposition(|l| old_at(l).is_some());
+    let drop_new = ops
+        .iter()
+        .rposition(|l| new_at(l).is_some())
+        .filter(|&i| new_at(&ops[i]).as_deref() == Some(""));
+    // A line that loses its old side is only added, one that loses its new side only removed;
+    // one that loses both (a final empty context line) goes.
+    let lose = |l: PatchLine, old_side: bool| match (l, old_side) {
+        (PatchLine::Context(t), true) => Some(PatchLine::Added(t)),
+        (PatchLine::Context(t), false) => Some(PatchLine::Removed(t)),
+        (PatchLine::Removed(_), true) | (PatchLine::Added(_), false) => None,
+        (other, _) => Some(other),
+    };
+    if let Some(i) = drop_old {
+        ops[i] = ops[i].take().and_then(|l| lose(l, true));
+    }
+    if let Some(i) = drop_new {
+        ops[i] = ops[i].take().and_then(|l| lose(l, false));
+    }
+    ops.into_iter().flatten().collect()
+}
+
+/// The new lines for a chunk whose old lines matched the file at line `i` (0-based) at `pass`:
+/// context lines as the file has them, removed lines gone, added lines re-indented the way the
+/// model's lines differ from the file's (or as sent, when they show they were written at the
+/// file's own indentation). A note says what was forgiven; an error refuses what cannot be
+/// placed surely, showing the current lines.
+fn place(
+    path: &str,
+    lines: &[String],
+    i: usize,
+    ops: &[PatchLine],
+    pass: Pass,
+    which: &str,
+) -> Result<(Vec<String>, Option<String>), ToolError> {
+    let old: Vec<&str> = ops.iter().filter_map(PatchLine::before).collect();
+    let new: Vec<&str> = ops.iter().filter_map(PatchLine::after).collect();
+    let window: Vec<&str> = lines[i..i + old.len()].iter().map(String::as_str).collect();
+    let adds = ops
+        .iter()
+        .any(|l| matches!(l, PatchLine::Added(t) if !t.trim().is_empty()));
+    let refuse = |why: String| {
+        ToolError::Conflict(format!(
+            "Failed to apply {which} to {path}: its lines match {} only {}, but {why}, so \
+             nothing was changed. The current lines are:\n{}Copy the context and - lines \
+             exactly from these lines, and indent the + lines like them.",
+            span(i + 1, i + old.len()),
+            pass.describe(),
+            numbered_lines(lines, i, old.len().min(40))
+        ))
+    };
+    let indent = if matches!(pass, Pass::Exact | Pass::TrailingWhitespace) {
+        Indent::Shift(Shift::Same)
+    } else {
+        match indent_relation(&window, &old) {
+            Ok(indent) => indent,
+            Err(MixedIndent { bare_moved }) if adds || bare_moved => {
+                return Err(refuse(mixed_why(&window, &old, i, bare_moved)));
+            }
+            // Nothing to indent: the lines that stay are the file's own.
+            Err(_) => Indent::Shift(Shift::Same),
+        }
+    };
+    // Pairs (old index, new index): context lines, and removed lines added back unchanged.
+    let mut pairs = Vec::new();
+    let (mut removed, mut added) = (Vec::new(), Vec::new());
+    let (mut k, mut j) = (0, 0);
+    for l in ops {
+        match l {
+            PatchLine::Context(_) => {
+                pairs.push((k, j));
+                k += 1;
+                j += 1;
+            }
+            PatchLine::Removed(t) => {
+                removed.push((k, t.as_str()));
+                k += 1;
+            }
+            PatchLine::Added(t) => {
+                added.push((j, t.as_str()));
+                j += 1;
+            }
+        }
+    }
+    let r_text: Vec<&str> = removed.iter().map(|r| r.1).collect();
+    let a_text: Vec<&str> = added.iter().map(|a| a.1).collect();
+    let moved: Vec<(usize, usize)> = shared_lines(&r_text, &a_text)
+        .into_iter()
+        .map(|(r, a)| (removed[r].0, added[a].0))
+        .collect();
+    pairs.extend(moved.iter().copied());
+    pairs.sort_unstable_by_key(|p| p.1);
+    let same = indent == Indent::Shift(Shift::Same);
+    let frame = if same || !adds {
+        Frame::Sent
+    } else {
+        let file: Vec<Option<&str>> = window.iter().map(|l| Some(*l)).collect();
+        judge_frame(&file, &old, &new, &pairs).map_err(refuse)?
+    };
+    let mut out = Vec::with_capacity(new.len());
+    let mut kept = false;
+    let (mut k, mut j) = (0, 0);
+    for l in ops {
+        match l {
+            PatchLine::Context(t) => {
+                kept |= window[k] != t;
+                out.push(window[k].to_string());
+                k += 1;
+                j += 1;
+            }
+            PatchLine::Removed(_) => k += 1,
+            PatchLine::Added(t) => {
+                // A removed line added back as the model believed it was keeps the file's bytes.
+                let back = moved
+                    .iter()
+                    .find(|p| p.1 == j)
+                    .map(|p| p.0)
+                    .filter(|&r| old[r] == t && window[r] != t);
+                let line = match (back, frame) {
+                    (Some(r), _) => {
+                        kept = true;
+                        window[r].to_string()
+                    }
+                    (None, Frame::File) => t.clone(),
+                    (None, Frame::Sent) => indent.apply(t).ok_or_else(|| {
+                        refuse(format!(
+                            "the added line {t:?} is indented with {}, which does not convert to \
+                             the file's indentation ({})",
+                            ws_words(indent_of(t)),
+                            indent.describe()
+                        ))
+                    })?,
+                };
+                out.push(line);
+                j += 1;
+            }
+        }
+    }
+    if pass == Pass::Exact {
+        return Ok((out, None));
+    }
+    let mut note = format!("{} matched {}", capitalized(which), pass.describe());
+    if kept {
+        note.push_str("; the lines it keeps were left as the file has them");
+    }
+    if adds && !same {
+        match frame {
+            Frame::File => note.push_str(
+                "; the added lines were already at the file's indentation and were written as sent",
+            ),
+            Frame::Sent => {
+                note.push_str(&format!(
+                    "; the added lines were {}, like the lines around them",
+                    indent.describe()
+                ));
+            }
+        }
+    }
+    note.push('.');
+    Ok((out, Some(note)))
+}
+
+/// Why a match with mixed indentation offsets is refused: the lines and their indentation.
+fn mixed_why(window: &[&str], old: &[&str], i: usize, bare_moved: bool) -> String {
+    let (mut differ, mut same) = (Vec::new(), Vec::new());
+    for (n, (f, o)) in window.iter().zip(old).enumerate() {
+        if f.trim().is_empty() || o.trim().is_empty() {
+            continue;
+        }
+        let (fi, oi) = (indent_of(f), indent_of(o));
+        if fi == oi {
+            same.push((i + n + 1).to_string());
+        } else if differ.len() < 5 {
+            differ.push(format!(
+                "line {} has {} where the patch has {}",
+                i + n + 1,
+                ws_words(fi),
+                ws_words(oi)
+            ));
+        }
+    }
+    if !same.is_empty() {
+        same.truncate(6);
+        differ.push(format!(
+            "{} indented as in the patch",
+            match same.as_slice() {
+                [one] => format!("line {one} is"),
+                many => format!("lines {} are", many.join(", ")),
+            }
+        ));
+    }
+    let what = if bare_moved {
+        "their indentation differs from the file's by different amounts, lines of only brackets \
+         among them, so they may not be the lines meant (a line may be missing)"
+    } else {
+        "their indentation differs from the file's by different amounts, so it is unclear how to \
+         indent the added lines"
+    };
+    format!("{what} ({})", differ.join("; "))
 }
 
 /// What a patch will do, checked against the workspace before anything is written.
@@ -581,11 +949,17 @@ pub struct Plan {
     added: Vec<String>,
     modified: Vec<String>,
     deleted: Vec<String>,
+    /// Each updated file's changed lines, numbered, and what was forgiven.
+    shown: Vec<String>,
 }
 
+/// Updated files whose changed lines a success shows.
+const SHOW_FILES: usize = 8;
+
 impl Plan {
-    /// Codex's summary: `A`, then `M` (a move's destination), then `D` lines, paths as the
-    /// patch spells them.
+    /// Codex's summary (`A`, then `M` (a move's destination), then `D` lines, paths as the
+    /// patch spells them), then, after a blank line, each updated file's changed lines with
+    /// their numbers and anything that was forgiven.
     pub fn summary(&self) -> String {
         let mut s = String::from("Success. Updated the following files:");
         for (tag, paths) in [
@@ -596,6 +970,16 @@ impl Plan {
             for p in paths {
                 s.push_str(&format!("\n{tag} {p}"));
             }
+        }
+        for shown in self.shown.iter().take(SHOW_FILES) {
+            s.push_str("\n\n");
+            s.push_str(shown);
+        }
+        if self.shown.len() > SHOW_FILES {
+            s.push_str(&format!(
+                "\n\n[... and {} more updated files]",
+                self.shown.len() - SHOW_FILES
+            ));
         }
         s
     }
@@ -681,6 +1065,7 @@ pub fn plan(env: &ToolEnv, cwd: &Path, hunks: &[Hunk]) -> Result<Plan, ToolError
         order: Vec::new(),
     };
     let (mut added, mut modified, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
+    let mut shown = Vec::new();
     for hunk in hunks {
         match hunk {
             Hunk::Add { path, contents } => {
@@ -739,7 +1124,9 @@ pub fn plan(env: &ToolEnv, cwd: &Path, hunks: &[Hunk]) -> Result<Plan, ToolError
                          apply_patch changes text files only"
                     ))
                 })?;
-                let new = apply_chunks(path, &text, chunks)?.into_bytes();
+                let patched = apply_chunks(path, &text, chunks)?;
+                shown.push(patched.show(move_to.as_deref().unwrap_or(path)));
+                let new = patched.text.into_bytes();
                 match move_to {
                     Some(dest) => {
                         let to = o.locate(dest, MOVE)?;
@@ -789,6 +1176,7 @@ pub fn plan(env: &ToolEnv, cwd: &Path, hunks: &[Hunk]) -> Result<Plan, ToolError
         added,
         modified,
         deleted,
+        shown,
     })
 }
 
@@ -903,11 +1291,17 @@ mod tests {
     #[test]
     fn seek_passes_in_order() {
         let lines = s(&["foo   ", "  bar", "\u{201C}baz\u{201D} \u{2014} x"]);
-        assert_eq!(seek(&lines, &s(&["foo"]), 0, false, true), Seek::At(0));
-        assert_eq!(seek(&lines, &s(&["bar"]), 0, false, true), Seek::At(1));
+        assert_eq!(
+            seek(&lines, &s(&["foo"]), 0, false, true),
+            Seek::At(0, Pass::TrailingWhitespace)
+        );
+        assert_eq!(
+            seek(&lines, &s(&["bar"]), 0, false, true),
+            Seek::At(1, Pass::SurroundingWhitespace)
+        );
         assert_eq!(
             seek(&lines, &s(&["\"baz\" - x"]), 0, false, true),
-            Seek::At(2)
+            Seek::At(2, Pass::Punctuation)
         );
         assert_eq!(
             seek(&lines, &s(&["a", "b", "c", "d"]), 0, false, true),
@@ -920,11 +1314,69 @@ mod tests {
         let lines = s(&["x", "y", "x", "y", "x "]);
         assert_eq!(
             seek(&lines, &s(&["x", "y"]), 0, false, true),
-            Seek::Ambiguous(Pass::Exact, vec![0, 2])
+            Seek::Ambiguous(vec![(0, Pass::Exact), (2, Pass::Exact)])
         );
         // Codex's rule, used after an @@ anchor: the first.
-        assert_eq!(seek(&lines, &s(&["x", "y"]), 0, false, false), Seek::At(0));
+        assert_eq!(
+            seek(&lines, &s(&["x", "y"]), 0, false, false),
+            Seek::At(0, Pass::Exact)
+        );
         // An exact unique match wins even if a looser pass would match elsewhere too.
-        assert_eq!(seek(&lines, &s(&["x "]), 0, false, true), Seek::At(4));
+        assert_eq!(
+            seek(&lines, &s(&["x "]), 0, false, true),
+            Seek::At(4, Pass::Exact)
+        );
+    }
+
+    #[test]
+    fn a_forgiving_match_is_refused_when_a_looser_pass_matches_elsewhere() {
+        // Trailing whitespace matches line 1 only; ignoring indentation line 3 matches too.
+        let lines = s(&["v = 1  ", "w", "    v = 1"]);
+        assert_eq!(
+            seek(&lines, &s(&["v = 1"]), 0, false, true),
+            Seek::Ambiguous(vec![
+                (0, Pass::TrailingWhitespace),
+                (2, Pass::SurroundingWhitespace)
+            ])
+        );
+        // After an anchor, a looser match past the chosen one does not count; before it, it does.
+        assert_eq!(
+            seek(&lines, &s(&["v = 1"]), 0, false, false),
+            Seek::At(0, Pass::TrailingWhitespace)
+        );
+        let lines = s(&["  v = 1", "v = 1  "]);
+        assert_eq!(
+            seek(&lines, &s(&["v = 1"]), 0, false, false),
+            Seek::Ambiguous(vec![
+                (0, Pass::SurroundingWhitespace),
+                (1, Pass::TrailingWhitespace)
+            ])
+        );
+    }
+
+    fn ops(text: &str) -> Vec<PatchLine> {
+        let hunks = parse_patch(&format!(
+            "*** Begin Patch\n*** Update File: f\n@@\n{text}\n*** End Patch"
+        ))
+        .unwrap();
+        let Hunk::Update { chunks, .. } = &hunks[0] else {
+            unreachable!()
+        };
+        chunks[0].lines.clone()
+    }
+
+    #[test]
+    fn the_final_empty_line_retry_drops_one_old_and_one_new_line() {
+        use PatchLine::*;
+        let c = |t: &str| Context(t.to_string());
+        let a = |t: &str| Added(t.to_string());
+        let r = |t: &str| Removed(t.to_string());
+        assert_eq!(without_final_empty(&[c("x"), c("")]), vec![c("x")]);
+        assert_eq!(
+            without_final_empty(&[c("x"), c(""), a("y")]),
+            vec![c("x"), a(""), a("y")]
+        );
+        assert_eq!(without_final_empty(&[c("x"), r(""), a("")]), vec![c("x")]);
+        assert_eq!(ops(" a\n-b\n+c"), vec![c("a"), r("b"), a("c")]);
     }
 }

@@ -106,9 +106,15 @@ async fn success_lists_added_modified_and_deleted_files_as_codex_does() {
         .await
         .unwrap();
     assert!(out.success);
+    // Codex's summary first, as Codex words it; then each updated file's changed lines.
+    let (summary, shown) = out.output.split_once("\n\n").unwrap();
     assert_eq!(
-        out.output,
+        summary,
         "Success. Updated the following files:\nA nested/new.txt\nM modify.txt\nM renamed/name.txt\nD delete.txt"
+    );
+    assert_eq!(
+        shown,
+        "modify.txt:\n     1|line1\n     2|changed\n\nrenamed/name.txt:\n     1|new content"
     );
     assert_eq!(f.read("nested/new.txt").unwrap(), "created\n");
     assert_eq!(f.read("modify.txt").unwrap(), "line1\nchanged\n");
@@ -191,12 +197,20 @@ async fn typographic_punctuation_and_whitespace_passes_match() {
         "doc.md",
         "Title\n\u{201C}quoted\u{201D} \u{2014} dash   \n  indented\n",
     )]);
-    f.patch(
-        "*** Begin Patch\n*** Update File: doc.md\n@@\n Title\n-\"quoted\" - dash\n-indented\n+plain\n*** End Patch",
-    )
-    .await
-    .unwrap();
+    let out = f
+        .patch(
+            "*** Begin Patch\n*** Update File: doc.md\n@@\n Title\n-\"quoted\" - dash\n-  indented\n+plain\n*** End Patch",
+        )
+        .await
+        .unwrap();
     assert_eq!(f.read("doc.md").unwrap(), "Title\nplain\n");
+    assert!(
+        out.output.contains(
+            "doc.md: The chunk matched with typographic quotes, dashes and spaces made plain."
+        ),
+        "{}",
+        out.output
+    );
 }
 
 #[tokio::test]
@@ -340,12 +354,15 @@ async fn a_heredoc_wrapper_is_accepted() {
 fn chunks_must_follow_file_order_and_end_of_file_anchors_at_the_end() {
     let c = |old: &[&str], new: &[&str], eof: bool| patch::Chunk {
         context: None,
-        old_lines: old.iter().map(|s| s.to_string()).collect(),
-        new_lines: new.iter().map(|s| s.to_string()).collect(),
+        lines: old
+            .iter()
+            .map(|s| patch::PatchLine::Removed(s.to_string()))
+            .chain(new.iter().map(|s| patch::PatchLine::Added(s.to_string())))
+            .collect(),
         end_of_file: eof,
     };
     let out = patch::apply_chunks("t", "x\ny\nx\n", &[c(&["x"], &["X"], true)]).unwrap();
-    assert_eq!(out, "x\ny\nX\n");
+    assert_eq!(out.text, "x\ny\nX\n");
     let e = patch::apply_chunks(
         "t",
         "a\nb\nc\n",

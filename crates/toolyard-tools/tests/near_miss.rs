@@ -2,7 +2,9 @@
 //! exactly as the exact edit would (and says so), each forbidden difference refuses, ambiguity
 //! refuses, and an exact match behaves as it did before forgiveness existed. Then the same
 //! corpus through every dialect's edit tool, each attempt counted as applied, guided or
-//! unguided (see [`Outcome`]).
+//! unguided (see [`Outcome`]), with the slips models make in a patch's context lines added
+//! (trailing spaces dropped, tabs and spaces swapped, indentation off by one level or by
+//! different amounts): 0 wrong.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,12 +26,22 @@ const CORPUS: &[(&str, &str)] = &[
     ("javascript crlf", include_str!("near_miss/client_crlf.js")),
     ("toml", include_str!("near_miss/tools.toml")),
     ("markdown", include_str!("near_miss/readme.md")),
+    // gjson 0.8.1 (MIT): its README (lines 216-310: trailing spaces, tab-indented code) and
+    // its Go parity CLI (tab-indented).
+    (
+        "markdown, trailing spaces",
+        include_str!("near_miss/gjson_readme.md"),
+    ),
+    ("go (tabs)", include_str!("near_miss/main.go")),
 ];
 
+/// The slips the engine forgives. The two indentation slips differ in new_string: written at
+/// the same slipped indentation as old_string, or at the file's own.
 const SLIPS: &[&str] = &[
     "line endings",
     "trailing whitespace",
-    "indentation",
+    "indentation, new slipped too",
+    "indentation, new as in the file",
     "blank lines",
 ];
 const FORBIDDEN: &[&str] = &["identifier", "quote", "missing line", "missing comma"];
@@ -57,8 +69,12 @@ fn slip(kind: &str, old: &str, crlf: bool) -> Option<String> {
             .iter()
             .map(|l| format!("{}  {}", body(l), eol(l)))
             .collect(),
-        "indentation" => {
-            let pad = if old.contains("\n\t") { "\t" } else { "    " };
+        "indentation, new slipped too" | "indentation, new as in the file" => {
+            let pad = if old.contains("\n\t") || old.starts_with('\t') {
+                "\t"
+            } else {
+                "    "
+            };
             ls.iter()
                 .map(|l| {
                     if body(l).trim().is_empty() {
@@ -91,12 +107,95 @@ fn slip(kind: &str, old: &str, crlf: bool) -> Option<String> {
     (out != old).then_some(out)
 }
 
-/// The same edit with the model's indentation: new_string shifted like old_string was.
+/// new_string as the model sends it with the slip: shifted like old_string, or (new as in the
+/// file, and the other slips) as the file has it.
 fn slip_new(kind: &str, new: &str, crlf: bool) -> String {
     match kind {
-        "indentation" | "line endings" => slip(kind, new, crlf).unwrap_or_else(|| new.into()),
+        "indentation, new slipped too" | "line endings" => {
+            slip(kind, new, crlf).unwrap_or_else(|| new.into())
+        }
         _ => new.into(),
     }
+}
+
+/// The slips of a patch's context lines, as models make them (the 55 patch near misses of the
+/// report: trailing spaces dropped, tabs turned into spaces or spaces into tabs), and
+/// indentation off by one level or by different amounts.
+const CONTEXT_SLIPS: &[&str] = &[
+    "context without trailing spaces",
+    "context with tabs as spaces",
+    "context with spaces as tabs",
+    "context one level off",
+    "context indented by mixed amounts",
+];
+
+/// The window's lines (bodies, without line endings) with a context slip; None when the slip
+/// changes nothing here.
+fn context_slip(kind: &str, lines: &[&str]) -> Option<Vec<String>> {
+    let indent = |l: &str| l.len() - l.trim_start_matches([' ', '\t']).len();
+    let out: Vec<String> = match kind {
+        "context without trailing spaces" => {
+            lines.iter().map(|l| l.trim_end().to_string()).collect()
+        }
+        "context with tabs as spaces" => lines
+            .iter()
+            .map(|l| {
+                let n = indent(l);
+                format!("{}{}", l[..n].replace('\t', "    "), &l[n..])
+            })
+            .collect(),
+        "context with spaces as tabs" => lines
+            .iter()
+            .map(|l| {
+                let n = indent(l);
+                if l[..n].contains('\t') {
+                    return l.to_string();
+                }
+                format!("{}{}{}", "\t".repeat(n / 4), " ".repeat(n % 4), &l[n..])
+            })
+            .collect(),
+        "context one level off" => {
+            let pad = if lines.iter().any(|l| l.starts_with('\t')) {
+                "\t"
+            } else {
+                "    "
+            };
+            lines
+                .iter()
+                .map(|l| {
+                    if l.trim().is_empty() {
+                        l.to_string()
+                    } else {
+                        format!("{pad}{l}")
+                    }
+                })
+                .collect()
+        }
+        "context indented by mixed amounts" => {
+            // The report's slip: every indented line at one space, the others as they are.
+            let levels: std::collections::BTreeSet<usize> = lines
+                .iter()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| indent(l))
+                .collect();
+            if levels.len() < 2 {
+                return None;
+            }
+            lines
+                .iter()
+                .map(|l| {
+                    let n = indent(l);
+                    if n == 0 || l.trim().is_empty() {
+                        l.to_string()
+                    } else {
+                        format!(" {}", &l[n..])
+                    }
+                })
+                .collect()
+        }
+        _ => unreachable!(),
+    };
+    (out.iter().zip(lines).any(|(a, b)| a != b)).then_some(out)
 }
 
 /// old_string with a difference that must never be forgiven; None when not applicable.
@@ -191,8 +290,10 @@ fn corpus_slips_apply_and_forbidden_differences_refuse() {
                 };
                 let n = slip_new(kind, &new, crlf);
                 let t = &mut slips[k];
+                // `\n` sent for a CRLF file is an exact match: nothing to say was forgiven.
+                let exact = *kind == "line endings" && crlf;
                 match apply_edit("f", text.as_bytes(), &o, &n, false) {
-                    Ok((out, reps)) if out == want && reps[0].forgiven.is_some() => {
+                    Ok((out, reps)) if out == want && reps[0].forgiven.is_some() != exact => {
                         t.applied_right += 1
                     }
                     Ok(_) => {
@@ -276,8 +377,16 @@ fn corpus_slips_apply_and_forbidden_differences_refuse() {
 }
 
 /// The exact-match path as it was before near misses were forgiven: non-overlapping
-/// occurrences left to right; one, or all with replace_all.
+/// occurrences left to right; one, or all with replace_all. Occurrences that overlap are
+/// refused (which text is meant is unclear).
 fn reference(content: &str, old: &str, new: &str, all: bool) -> Option<String> {
+    let b = content.as_bytes();
+    let starts: Vec<usize> = (0..=b.len().saturating_sub(old.len()))
+        .filter(|&i| b[i..].starts_with(old.as_bytes()))
+        .collect();
+    if starts.windows(2).any(|w| w[1] < w[0] + old.len()) {
+        return None;
+    }
     let n = content.matches(old).count();
     if n == 0 || (n > 1 && !all) {
         return None;
@@ -369,6 +478,9 @@ struct Attempt {
     want: Option<Vec<u8>>,
     /// The same file as the exact patch leaves it (a patch always ends the file with a newline).
     want_patch: Option<Vec<u8>>,
+    /// The patch codex apply_patch gets, when it is not old's lines removed and new's added
+    /// (the context slips keep their lines as context).
+    patch: Option<String>,
 }
 
 /// Every attempt the corpus yields: each slip and forbidden difference over each unique 4-line
@@ -402,6 +514,7 @@ fn attempts() -> Vec<Attempt> {
                 new: new.clone(),
                 want: None,
                 want_patch: None,
+                patch: None,
             };
             let hunks = patch::parse_patch(&as_patch(&exact)).expect("the exact patch parses");
             let patch::Hunk::Update { chunks, .. } = &hunks[0] else {
@@ -409,6 +522,7 @@ fn attempts() -> Vec<Attempt> {
             };
             let want_patch = patch::apply_chunks("f", text, chunks)
                 .expect("the exact patch applies")
+                .text
                 .into_bytes();
             for kind in SLIPS {
                 if let Some(o) = slip(kind, &old, crlf) {
@@ -420,8 +534,37 @@ fn attempts() -> Vec<Attempt> {
                         new: slip_new(kind, &new, crlf),
                         want: Some(want.clone()),
                         want_patch: Some(want_patch.clone()),
+                        patch: None,
                     });
                 }
+            }
+            // The same insertion as a patch with context lines, each context slip applied to
+            // them; the other tools get the same lines as old and new.
+            let bodies: Vec<&str> = ls[start..start + 4].iter().map(|l| body(l)).collect();
+            for kind in CONTEXT_SLIPS {
+                let Some(sent) = context_slip(kind, &bodies) else {
+                    continue;
+                };
+                let pad = &sent[0][..sent[0].len() - sent[0].trim_start().len()];
+                let inserted = format!("{pad}INSERTED_LINE");
+                let mut p = format!("*** Begin Patch\n*** Update File: f\n@@\n {}\n", sent[0]);
+                p.push_str(&format!("+{inserted}\n"));
+                for l in &sent[1..] {
+                    p.push_str(&format!(" {l}\n"));
+                }
+                p.push_str("*** End Patch");
+                let mut new_lines = vec![sent[0].clone(), inserted];
+                new_lines.extend(sent[1..].iter().cloned());
+                out.push(Attempt {
+                    lang,
+                    case: format!("patch: {kind}"),
+                    lines,
+                    old: sent.join(nl),
+                    new: new_lines.join(nl),
+                    want: Some(want.clone()),
+                    want_patch: Some(want_patch.clone()),
+                    patch: Some(p),
+                });
             }
             for kind in FORBIDDEN {
                 if let Some(o) = forbid(kind, &old)
@@ -435,6 +578,7 @@ fn attempts() -> Vec<Attempt> {
                         new: new.clone(),
                         want: None,
                         want_patch: None,
+                        patch: None,
                     });
                 }
             }
@@ -457,14 +601,19 @@ fn attempts() -> Vec<Attempt> {
                 new: format!("{b} // CHANGED"),
                 want: None,
                 want_patch: None,
+                patch: None,
             });
         }
     }
     out
 }
 
-/// A Codex patch of the attempt: the old lines removed, the new lines added, under one `@@`.
+/// A Codex patch of the attempt: its own, or the old lines removed and the new lines added,
+/// under one `@@`.
 fn as_patch(a: &Attempt) -> String {
+    if let Some(p) = &a.patch {
+        return p.clone();
+    }
     let mut p = String::from("*** Begin Patch\n*** Update File: f\n@@\n");
     for l in a.old.split('\n') {
         p.push_str(&format!("-{l}\n"));

@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 
-use super::{commit_write, expect_for_write};
+use super::{Aim, commit_write, expect_for_write, is_read_refusal, refuse_unread};
 use crate::ToolEnv;
 
-/// Arguments of `edit_file`.
+/// Arguments of one `edit_file` replacement (the shape loom-py's `edit_file` forwards).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EditFileArgs {
@@ -28,6 +28,79 @@ pub struct EditFileArgs {
     pub replace_all: bool,
 }
 
+/// One replacement of a multi-edit `edit_file` call.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditOp {
+    /// The exact text to find, in the file as the edits before this one left it.
+    pub old_string: String,
+    /// The text to put in its place.
+    pub new_string: String,
+    /// Replace every occurrence instead of requiring exactly one (default false).
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+/// Arguments of the `edit_file` tool: one replacement (`old_string`, `new_string`,
+/// `replace_all`), or several of one file in `edits`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditFileCall {
+    /// File path, relative to the workspace root (or absolute inside it).
+    pub path: String,
+    /// The exact text to find (copy it from read_file's output, without the line numbers).
+    /// Required unless `edits` is given.
+    pub old_string: Option<String>,
+    /// The text to put in its place. Required unless `edits` is given.
+    pub new_string: Option<String>,
+    /// Replace every occurrence instead of requiring exactly one (default false).
+    #[serde(default)]
+    pub replace_all: bool,
+    /// Several edits of this file in one call, instead of old_string/new_string: a list of
+    /// {old_string, new_string, replace_all?}, each applied to the result of the one before;
+    /// if any of them fails, none is applied and the file is untouched.
+    #[schemars(length(min = 1))]
+    pub edits: Option<Vec<EditOp>>,
+}
+
+impl EditFileCall {
+    /// The edits this call asks for, or an error naming the argument that is wrong.
+    fn into_ops(self) -> Result<(String, Vec<EditOp>), ToolError> {
+        let single = self.old_string.is_some() || self.new_string.is_some();
+        match self.edits {
+            Some(_) if single || self.replace_all => Err(ToolError::InvalidArguments(
+                "give either old_string/new_string (and replace_all) or edits, not both; with \
+                 edits, put each replacement's old_string, new_string and replace_all inside it"
+                    .into(),
+            )),
+            Some(edits) if edits.is_empty() => Err(ToolError::InvalidArguments(
+                "edits is empty; give at least one {old_string, new_string}".into(),
+            )),
+            Some(edits) => Ok((self.path, edits)),
+            None => match (self.old_string, self.new_string) {
+                (Some(old_string), Some(new_string)) => Ok((
+                    self.path,
+                    vec![EditOp {
+                        old_string,
+                        new_string,
+                        replace_all: self.replace_all,
+                    }],
+                )),
+                (None, _) => Err(ToolError::InvalidArguments(
+                    "old_string is missing: give old_string and new_string, or several \
+                     {old_string, new_string} in edits"
+                        .into(),
+                )),
+                (_, None) => Err(ToolError::InvalidArguments(
+                    "new_string is missing: give the text to put in place of old_string (an \
+                     empty string deletes it)"
+                        .into(),
+                )),
+            },
+        }
+    }
+}
+
 /// One replacement made in a file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Replacement {
@@ -35,20 +108,27 @@ pub struct Replacement {
     pub offset: usize,
     /// Length of the new text in bytes.
     pub len: usize,
+    /// Length in bytes of the text it replaced (in the content before the edit).
+    pub replaced: usize,
     /// 1-indexed line where the new text starts.
     pub line: usize,
     /// Which difference was forgiven when old_string did not match exactly (e.g. "matched
     /// ignoring trailing whitespace"); None for an exact match.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forgiven: Option<&'static str>,
+    /// Something about an exact match the model should check (it began inside a line's
+    /// indentation, so added lines may be indented wrongly).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// Replace `old` by `new` in `content` (once, or everywhere with `replace_all`), byte-exactly.
 /// When the file uses CRLF and `old` has bare `\n`, both strings are matched in CRLF form, so
-/// line endings survive. When there is no exact match, near misses are tried in order (line
-/// endings, trailing whitespace, a uniform indentation offset, blank lines) and the first level
-/// that matches is applied only if it matches exactly one place. Errors carry a message that
-/// shows the nearest candidate lines.
+/// line endings survive (that is an exact match: the model cannot see line endings). Overlapping
+/// occurrences count when judging whether `old` is unique. When there is no exact match, near
+/// misses are tried (line endings, trailing whitespace, a uniform indentation offset, blank
+/// lines) and applied only if exactly one place matches at any of them. Errors carry a message
+/// that shows the nearest candidate lines.
 pub fn apply_edit(
     path: &str,
     content: &[u8],
@@ -66,57 +146,78 @@ pub fn apply_edit(
             "old_string and new_string are identical; there is nothing to change".into(),
         ));
     }
-    let (old_b, new_b) = (old.as_bytes().to_vec(), new.as_bytes().to_vec());
-    let mut positions: Vec<usize> = memmem::find_iter(content, &old_b).collect();
-    let (mut old_b, mut new_b) = (old_b, new_b);
-    let mut forgiven = None;
-    if positions.is_empty() && uses_crlf(content) && old.contains('\n') && !old.contains("\r\n") {
+    let (mut old_b, mut new_b) = (old.as_bytes().to_vec(), new.as_bytes().to_vec());
+    if memmem::find(content, &old_b).is_none()
+        && uses_crlf(content)
+        && old.contains('\n')
+        && !old.contains("\r\n")
+    {
         old_b = to_crlf(old).into_bytes();
         new_b = to_crlf(new).into_bytes();
-        positions = memmem::find_iter(content, &old_b).collect();
-        forgiven = Some(Slack::LineEndings.note());
     }
-    // find_iter yields overlapping matches; keep non-overlapping ones, left to right.
-    let mut distinct = Vec::with_capacity(positions.len());
-    let mut next_free = 0;
-    for p in positions {
-        if p >= next_free {
-            distinct.push(p);
-            next_free = p + old_b.len();
-        }
+    // Non-overlapping occurrences, left to right: the ones replace_all replaces.
+    let distinct: Vec<usize> = memmem::find_iter(content, &old_b).collect();
+    if distinct.is_empty() {
+        return match forgive(path, content, old, new)? {
+            Some(done) => Ok(done),
+            None => Err(not_found(path, content, old)),
+        };
     }
-    match distinct.len() {
-        0 => {
-            return match forgive(path, content, old, new)? {
-                Some(done) => Ok(done),
-                None => Err(not_found(path, content, old)),
-            };
+    // `aa` occurs twice in `aaa`: overlapping occurrences leave unclear which text is meant,
+    // with replace_all too (which ones it would change depends on the order of the search).
+    if let Some((first, second)) = first_overlap(content, &old_b) {
+        return Err(ToolError::Conflict(format!(
+            "old_string occurs at places that overlap in {path} (one at line {}, another \
+             starting inside it at line {}), so it is unclear which text to change and nothing \
+             was changed. Include more surrounding text to make it unique",
+            line_of(content, first),
+            line_of(content, second)
+        )));
+    }
+    if !replace_all && distinct.len() > 1 {
+        let shown: Vec<String> = distinct
+            .iter()
+            .take(20)
+            .map(|&p| line_of(content, p).to_string())
+            .collect();
+        return Err(ToolError::Conflict(format!(
+            "old_string occurs {} times in {path} (at {}); include more surrounding lines to \
+             make it unique, or set replace_all to true to change every one",
+            distinct.len(),
+            lines_word(&shown)
+        )));
+    }
+    // One place (dialects ask with replace_all and count the places themselves).
+    if distinct.len() == 1 {
+        // Both are text: they came from &str (CRLF added at most).
+        let (o, n) = (
+            std::str::from_utf8(&old_b).unwrap_or(old),
+            std::str::from_utf8(&new_b).unwrap_or(new),
+        );
+        if let Some(done) = partial_indent(content, distinct[0], o, n)? {
+            return Ok(done);
         }
-        1 => {}
-        n if !replace_all => {
-            let lines: Vec<String> = distinct
-                .iter()
-                .take(20)
-                .map(|&p| line_of(content, p).to_string())
-                .collect();
-            return Err(ToolError::Conflict(format!(
-                "old_string occurs {n} times in {path} (at lines {}); include more surrounding \
-                 lines to make it unique, or set replace_all to true to change every one",
-                lines.join(", ")
-            )));
-        }
-        _ => {}
     }
     let mut out = Vec::with_capacity(content.len() + distinct.len() * new_b.len());
     let mut reps = Vec::with_capacity(distinct.len());
     let mut last = 0;
-    for p in distinct {
+    for &p in &distinct {
         out.extend_from_slice(&content[last..p]);
         reps.push(Replacement {
             offset: out.len(),
             len: new_b.len(),
+            replaced: old_b.len(),
             line: 0,
-            forgiven,
+            forgiven: None,
+            // replace_all: each place is flagged, none re-indented.
+            warning: inside_indentation(content, p, old, new).map(|(_, whole, _)| {
+                format!(
+                    "{}; the lines new_string adds may be indented too little. Check them \
+                     below; if they are wrong, edit again with the line's whole indentation in \
+                     old_string and new_string.",
+                    inside_words(line_of(content, p), whole, old)
+                )
+            }),
         });
         out.extend_from_slice(&new_b);
         last = p + old_b.len();
@@ -126,6 +227,229 @@ pub fn apply_edit(
         r.line = line_of(&out, r.offset);
     }
     Ok((out, reps))
+}
+
+/// The first two occurrences of `needle` in `hay` that overlap (the second starts before the
+/// first ends), if any.
+fn first_overlap(hay: &[u8], needle: &[u8]) -> Option<(usize, usize)> {
+    let finder = memmem::Finder::new(needle);
+    let mut prev: Option<usize> = None;
+    let mut at = 0;
+    while let Some(i) = hay.get(at..).and_then(|h| finder.find(h)) {
+        let start = at + i;
+        if let Some(p) = prev
+            && start < p + needle.len()
+        {
+            return Some((p, start));
+        }
+        prev = Some(start);
+        at = start + 1;
+    }
+    None
+}
+
+/// "line 3" or "lines 3, 7" for line numbers already formatted.
+fn lines_word(shown: &[String]) -> String {
+    match shown {
+        [one] => format!("line {one}"),
+        _ => format!("lines {}", shown.join(", ")),
+    }
+}
+
+/// Where an exact match at `p` begins inside its line's indentation while new_string adds
+/// lines: (the line's start, its whole indentation, the part of it before `p`). The model
+/// likely copied only part of the indentation (old_string `"  x"` matched the end of `"    x"`),
+/// so the lines it adds carry too little of it.
+fn inside_indentation<'a>(
+    content: &'a [u8],
+    p: usize,
+    old: &str,
+    new: &str,
+) -> Option<(usize, &'a str, &'a str)> {
+    if !old.starts_with([' ', '\t']) || new.matches('\n').count() <= old.matches('\n').count() {
+        return None;
+    }
+    let line_start = memchr::memrchr(b'\n', &content[..p]).map_or(0, |i| i + 1);
+    let before = &content[line_start..p];
+    if before.is_empty() || !before.iter().all(|&b| b == b' ' || b == b'\t') {
+        return None;
+    }
+    let whole = content[line_start..]
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count();
+    let whole = std::str::from_utf8(&content[line_start..line_start + whole]).ok()?;
+    let before = std::str::from_utf8(before).ok()?;
+    Some((line_start, whole, before))
+}
+
+/// The words that say an exact match began inside line `line`'s indentation.
+fn inside_words(line: usize, whole: &str, old: &str) -> String {
+    format!(
+        "old_string matched starting inside the indentation of line {line} (the line is \
+         indented with {}, old_string starts with {})",
+        ws_words(whole),
+        ws_words(indent_of(old)),
+    )
+}
+
+/// An exact match at `p` that begins inside its line's indentation, where new_string adds
+/// lines: placed by the indentation new_string shows it was written at. At the file's own, it
+/// replaces the whole line as sent. At old_string's: when old_string is one line, the lines
+/// new_string adds are indented like it (by the indentation it left out); when it has more
+/// lines, those matched the file as they are, so the added lines are the file's as sent, unless
+/// one is at the first line's short indentation and no other line of old_string's, which could
+/// mean either level and is refused. Unclear indentation is refused with the current lines.
+/// None when the match is not such a match, or is a plain exact edit after all.
+fn partial_indent(
+    content: &[u8],
+    p: usize,
+    old: &str,
+    new: &str,
+) -> Result<Option<Edited>, ToolError> {
+    let Some((start, whole, before)) = inside_indentation(content, p, old, new) else {
+        return Ok(None);
+    };
+    let Ok(text) = std::str::from_utf8(content) else {
+        return Ok(None);
+    };
+    let line = text[start..].split('\n').next().unwrap_or("");
+    let (line, crlf) = match line.strip_suffix('\r') {
+        Some(l) => (l, true),
+        None => (line, false),
+    };
+    let split = |s: &'_ str| -> Vec<String> {
+        s.split('\n')
+            .map(|l| l.strip_suffix('\r').unwrap_or(l).to_string())
+            .collect()
+    };
+    let (old_lines, new_lines) = (split(old), split(new));
+    let old_l: Vec<&str> = old_lines.iter().map(String::as_str).collect();
+    let new_l: Vec<&str> = new_lines.iter().map(String::as_str).collect();
+    // Past its first line, old_string matched the file's lines as they are.
+    let file_of: Vec<Option<&str>> = std::iter::once(Some(line))
+        .chain(old_l[1..].iter().map(|l| Some(*l)))
+        .collect();
+    let pairs = shared_lines(&old_l, &new_l);
+    let n = line_of(content, p);
+    let frame = judge_frame(&file_of, &old_l, &new_l, &pairs).map_err(|why| {
+        let lines: Vec<&str> = text.lines().collect();
+        ToolError::Conflict(format!(
+            "{}, and {why}, so it is unclear which indentation new_string was written at and \
+             nothing was changed. The current lines are:\n{}\nSend old_string and new_string \
+             again with the file's own indentation, as shown above.",
+            inside_words(n, whole, old),
+            numbered_lines(&lines, n - 1, old_l.len().min(40)).trim_end()
+        ))
+    })?;
+    let eol = if crlf { "\r\n" } else { "\n" };
+    let body_lines = old.trim_end_matches(['\n', '\r']).matches('\n').count() + 1;
+    if frame == Frame::Sent && body_lines > 1 {
+        // The lines after the first matched the file as they are: the model knows their
+        // indentation, so its added lines are the file's, unless one sits at the first line's
+        // short indentation, which no other line of old_string has.
+        let short = indent_of(old_l[0]);
+        let others_use = old_l[1..]
+            .iter()
+            .any(|l| !is_blank(l) && indent_of(l) == short);
+        let odd = (0..new_l.len()).find(|&j| {
+            !is_blank(new_l[j]) && !pairs.iter().any(|q| q.1 == j) && indent_of(new_l[j]) == short
+        });
+        return match odd {
+            Some(j) if !others_use => {
+                let lines: Vec<&str> = text.lines().collect();
+                Err(ToolError::Conflict(format!(
+                    "{}, and line {} of new_string is indented with {} like old_string's first \
+                     line, while its other lines matched the file as they are, so it is unclear \
+                     whether that line belongs at the first line's level or at {} and nothing \
+                     was changed. The current lines are:\n{}\nSend old_string and new_string \
+                     again with the file's own indentation, as shown above.",
+                    inside_words(n, whole, old),
+                    j + 1,
+                    ws_words(short),
+                    ws_words(short),
+                    numbered_lines(&lines, n - 1, old_l.len().min(40)).trim_end()
+                )))
+            }
+            _ => Ok(None),
+        };
+    }
+    let (from, replacement, note) = match frame {
+        Frame::File => (
+            start,
+            new_lines.join(eol),
+            "new_string was already at the file's indentation, so it replaced the whole line as \
+             sent"
+                .to_string(),
+        ),
+        Frame::Sent => {
+            // Each old line's offset from the file: the first lacks `before`, the rest none.
+            let offset = |k: usize| {
+                if k == 0 {
+                    Indent::Shift(Shift::Add(before.to_string()))
+                } else {
+                    Indent::Shift(Shift::Same)
+                }
+            };
+            let mut anchor = 0;
+            let mut out = Vec::with_capacity(new_lines.len());
+            for (j, l) in new_l.iter().enumerate() {
+                if let Some(&(k, _)) = pairs.iter().find(|q| q.1 == j) {
+                    anchor = k;
+                }
+                // The first line keeps the indentation the file has before the match.
+                let shaped = if j == 0 {
+                    Some(l.to_string())
+                } else {
+                    offset(anchor).apply(l)
+                };
+                out.push(shaped.unwrap_or_else(|| l.to_string()));
+            }
+            (
+                p,
+                out.join(eol),
+                format!(
+                    "the lines new_string adds were indented like the lines next to them ({} \
+                     more next to old_string's first line)",
+                    ws_words(before)
+                ),
+            )
+        }
+    };
+    let end = p + old.len();
+    let mut out = Vec::with_capacity(content.len() + replacement.len());
+    out.extend_from_slice(&content[..from]);
+    let offset = out.len();
+    out.extend_from_slice(replacement.as_bytes());
+    out.extend_from_slice(&content[end..]);
+    let line = line_of(&out, offset);
+    Ok(Some((
+        out,
+        vec![Replacement {
+            offset,
+            len: replacement.len(),
+            replaced: end - from,
+            line,
+            forgiven: None,
+            warning: Some(format!(
+                "{}; {note}. Check the lines below.",
+                inside_words(n, whole, old)
+            )),
+        }],
+    )))
+}
+
+/// Indentation in words: "4 spaces", "1 tab", "2 tabs and 1 space", "no indentation".
+pub(crate) fn ws_words(ws: &str) -> String {
+    let tabs = ws.matches('\t').count();
+    let spaces = ws.matches(' ').count();
+    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    match (tabs, spaces) {
+        (0, 0) => "no indentation".into(),
+        (0, s) => plural(s, "space"),
+        (t, 0) => plural(t, "tab"),
+        (t, s) => format!("{} and {}", plural(t, "tab"), plural(s, "space")),
+    }
 }
 
 /// The lines, in the file before the edit, where each replacement of a `replace_all` edit of
@@ -158,13 +482,28 @@ impl Slack {
         Slack::BlankLines,
     ];
 
-    /// What the result says was forgiven.
-    fn note(self) -> &'static str {
-        match self {
-            Slack::LineEndings => "matched ignoring line endings",
-            Slack::TrailingSpace => "matched ignoring trailing whitespace",
-            Slack::Indentation => "matched ignoring a uniform indentation offset",
-            Slack::BlankLines => "matched ignoring blank lines",
+    /// What the result says was forgiven, and what became of new_string's indentation.
+    fn note(self, frame: Option<Frame>) -> &'static str {
+        match (self, frame) {
+            (Slack::LineEndings, _) => "matched ignoring line endings",
+            (Slack::TrailingSpace, _) => "matched ignoring trailing whitespace",
+            (Slack::Indentation, Some(Frame::File)) => {
+                "matched ignoring a uniform indentation offset; new_string was already at the \
+                 file's indentation, so it was written as sent"
+            }
+            (Slack::Indentation, _) => {
+                "matched ignoring a uniform indentation offset; new_string was re-indented by \
+                 the same offset"
+            }
+            (Slack::BlankLines, None) => "matched ignoring blank lines",
+            (Slack::BlankLines, Some(Frame::File)) => {
+                "matched ignoring blank lines and indentation; new_string was already at the \
+                 file's indentation, so it was written as sent"
+            }
+            (Slack::BlankLines, Some(Frame::Sent)) => {
+                "matched ignoring blank lines and indentation; new_string was re-indented by the \
+                 same offset"
+            }
         }
     }
 
@@ -181,7 +520,7 @@ impl Slack {
 
 /// How the matched file text is indented relative to old_string.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Shift {
+pub(crate) enum Shift {
     /// Same indentation.
     Same,
     /// The file has this prefix in front of every non-blank line of old_string.
@@ -201,6 +540,11 @@ struct FileLine<'a> {
 
 fn is_blank(s: &str) -> bool {
     s.trim().is_empty()
+}
+
+/// The leading spaces and tabs of `s`.
+pub(crate) fn indent_of(s: &str) -> &str {
+    &s[..s.len() - s.trim_start_matches([' ', '\t']).len()]
 }
 
 /// Lines of `text` (which starts at byte `base` of the file), with their ranges.
@@ -277,11 +621,24 @@ fn pairs_match<'a>(level: Slack, pairs: impl Iterator<Item = (&'a str, &'a str)>
 /// The new content and the replacements made in it.
 type Edited = (Vec<u8>, Vec<Replacement>);
 
-/// A near-miss match: file lines `first..=last` and the shift to apply to new_string.
+/// A near-miss match: file lines `first..=last`, the file line each old line matched (`None`
+/// for a blank old line the blank-lines level skipped), and the indentation shift.
 struct NearMatch {
     first: usize,
     last: usize,
+    map: Vec<Option<usize>>,
     shift: Shift,
+}
+
+impl NearMatch {
+    /// The place, for telling matches apart across levels: the file line the first non-blank
+    /// line of old_string matched.
+    fn key(&self, old: &[&str]) -> usize {
+        old.iter()
+            .position(|l| !is_blank(l))
+            .and_then(|k| self.map[k])
+            .unwrap_or(self.first)
+    }
 }
 
 /// Every place `old` (split in lines) matches the file at `level`.
@@ -301,6 +658,7 @@ fn near_matches(level: Slack, lines: &[FileLine<'_>], old: &[&str]) -> Vec<NearM
                 found.push(NearMatch {
                     first: i,
                     last: i + k - 1,
+                    map: (i..i + k).map(Some).collect(),
                     shift,
                 });
             }
@@ -348,9 +706,15 @@ fn near_matches(level: Slack, lines: &[FileLine<'_>], old: &[&str]) -> Vec<NearM
             .map(|&t| lines[t].text)
             .zip(wanted.iter().copied());
         if let Some(shift) = pairs_match(level, pairs) {
+            let mut next = taken.iter().copied();
+            let map = old
+                .iter()
+                .map(|l| if is_blank(l) { None } else { next.next() })
+                .collect();
             found.push(NearMatch {
                 first: i,
                 last: p - 1,
+                map,
                 shift,
             });
         }
@@ -358,27 +722,86 @@ fn near_matches(level: Slack, lines: &[FileLine<'_>], old: &[&str]) -> Vec<NearM
     found
 }
 
-/// Lines the model sent (`new`) re-indented the way the indentation of `old` differs from that
-/// of the file lines it matched (`file`): `Ok(None)` when it does not differ, `Ok(Some(..))`
-/// when every non-blank line differs by one and the same offset. When the offsets differ from
-/// line to line the lines are left as sent (Codex's whitespace-blind pass), unless a line of
-/// only brackets and punctuation (`}`, `));`) is one whose indentation differs: such a line is
-/// known only by its indentation, so the match may be other lines than meant (a line missing
-/// between braces) and `Err(())` refuses it. apply_patch's whitespace-blind passes use it.
-pub(crate) fn reindent_like(
-    file: &[&str],
-    old: &[&str],
-    new: &[String],
-) -> Result<Option<Vec<String>>, ()> {
-    let lead = |s: &str| -> usize { s.len() - s.trim_start_matches([' ', '\t']).len() };
+/// How the indentation of the lines a model sent relates to that of the file lines they
+/// matched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Indent {
+    /// One shift for every line (`Shift::Same`: none).
+    Shift(Shift),
+    /// Each `sent` unit of indentation (e.g. four spaces) stands for one `file` unit (a tab).
+    Units {
+        /// One level as the model sent it.
+        sent: String,
+        /// One level in the file.
+        file: String,
+    },
+}
+
+impl Indent {
+    /// The model's indentation `ws` as the file would have it; None when it does not convert
+    /// (a tab where the file's offset is in spaces, a part of a level).
+    pub(crate) fn convert(&self, ws: &str) -> Option<String> {
+        match self {
+            Indent::Shift(Shift::Same) => Some(ws.to_string()),
+            Indent::Shift(Shift::Add(p)) => Some(format!("{p}{ws}")),
+            Indent::Shift(Shift::Remove(p)) => match ws.strip_prefix(p.as_str()) {
+                Some(rest) => Some(rest.to_string()),
+                // Less indented than the offset: it drops what indentation it has.
+                None if p.starts_with(ws) => Some(String::new()),
+                None => None,
+            },
+            Indent::Units { sent, file } => {
+                let n = ws.len() / sent.len();
+                (sent.repeat(n) == ws).then(|| file.repeat(n))
+            }
+        }
+    }
+
+    /// A line the model sent, re-indented as the file has it (blank lines as sent).
+    pub(crate) fn apply(&self, line: &str) -> Option<String> {
+        if is_blank(line) {
+            return Some(line.to_string());
+        }
+        let ws = indent_of(line);
+        Some(format!("{}{}", self.convert(ws)?, &line[ws.len()..]))
+    }
+
+    /// What the re-indentation did, for the result ("indented 4 spaces more").
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Indent::Shift(Shift::Same) => "left as sent".into(),
+            Indent::Shift(Shift::Add(p)) => format!("indented {} more", ws_words(p)),
+            Indent::Shift(Shift::Remove(p)) => format!("indented {} less", ws_words(p)),
+            Indent::Units { sent, file } => format!(
+                "re-indented with {} for each {} of theirs",
+                ws_words(file),
+                ws_words(sent)
+            ),
+        }
+    }
+}
+
+/// Indentation that differs between the file and the lines sent, and not in one way.
+#[derive(Debug)]
+pub(crate) struct MixedIndent {
+    /// A line of only brackets and punctuation (`}`, `));`) is among those that differ: such a
+    /// line is known only by its indentation, so the match may be other lines than meant.
+    pub(crate) bare_moved: bool,
+}
+
+/// How `sent` lines are indented relative to the `file` lines they matched, pairwise (blank
+/// lines do not count): one shift for all, one unit for another (tabs for spaces), or mixed.
+pub(crate) fn indent_relation(file: &[&str], sent: &[&str]) -> Result<Indent, MixedIndent> {
     let mut shift: Option<Shift> = None;
     let mut uniform = true;
     let mut bare_moved = false;
-    for (f, o) in file.iter().zip(old) {
+    let mut pairs = Vec::new();
+    for (f, o) in file.iter().zip(sent) {
         if is_blank(f) || is_blank(o) {
             continue;
         }
-        let (fi, oi) = (&f[..lead(f)], &o[..lead(o)]);
+        let (fi, oi) = (indent_of(f), indent_of(o));
+        pairs.push((fi, oi));
         if fi != oi && !f.chars().any(char::is_alphanumeric) {
             bare_moved = true;
         }
@@ -398,43 +821,178 @@ pub(crate) fn reindent_like(
             Some(_) => {}
         }
     }
-    match shift {
-        _ if !uniform && bare_moved => Err(()),
-        Some(shift) if uniform && shift != Shift::Same => {
-            Ok(Some(new.iter().map(|l| reshape(l, &shift, "\n")).collect()))
+    if uniform {
+        return Ok(Indent::Shift(shift.unwrap_or(Shift::Same)));
+    }
+    units(&pairs).ok_or(MixedIndent { bare_moved })
+}
+
+/// Tabs in the file where the model sent spaces (or the reverse), the same number of the one
+/// for each of the other on every line.
+fn units(pairs: &[(&str, &str)]) -> Option<Indent> {
+    let kind = |s: &str| -> Option<Option<char>> {
+        let mut cs = s.chars();
+        match cs.next() {
+            None => Some(None),
+            Some(c) => cs.all(|d| d == c).then_some(Some(c)),
         }
-        _ => Ok(None),
+    };
+    let (mut fc, mut sc, mut ratio) = (None, None, None);
+    for &(f, s) in pairs {
+        let (Some(fk), Some(sk)) = (kind(f), kind(s)) else {
+            return None;
+        };
+        match (fk, sk) {
+            (None, None) => continue,
+            (Some(a), Some(b)) => {
+                if *fc.get_or_insert(a) != a || *sc.get_or_insert(b) != b || a == b {
+                    return None;
+                }
+                let (long, short) = if a == '\t' {
+                    (s.len(), f.len())
+                } else {
+                    (f.len(), s.len())
+                };
+                if long % short != 0 || *ratio.get_or_insert(long / short) != long / short {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+    }
+    let (f, s, n) = (fc?, sc?, ratio?);
+    let (file, sent) = if f == '\t' {
+        ("\t".to_string(), " ".repeat(n))
+    } else {
+        (" ".repeat(n), "\t".to_string())
+    };
+    debug_assert!(s != f);
+    Some(Indent::Units { sent, file })
+}
+
+/// Which indentation the model wrote its new lines at, when its old lines matched the file only
+/// with their indentation changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// At the file's own: write them as sent.
+    File,
+    /// At the indentation it sent the old lines at: re-indent them the same way.
+    Sent,
+}
+
+/// Pairs (old line, new line) of non-blank lines with the same text after their indentation,
+/// in order (a longest common subsequence; in order, greedily, for very long texts).
+pub(crate) fn shared_lines(old: &[&str], new: &[&str]) -> Vec<(usize, usize)> {
+    let key = |s: &str| -> Option<String> { (!is_blank(s)).then(|| s.trim().to_string()) };
+    let ok: Vec<Option<String>> = old.iter().map(|s| key(s)).collect();
+    let nk: Vec<Option<String>> = new.iter().map(|s| key(s)).collect();
+    let same = |i: usize, j: usize| ok[i].is_some() && ok[i] == nk[j];
+    let (n, m) = (ok.len(), nk.len());
+    if n.saturating_mul(m) > 4_000_000 {
+        let mut out = Vec::new();
+        let mut from = 0;
+        for j in 0..m {
+            if let Some(i) = (from..n).find(|&i| same(i, j)) {
+                out.push((i, j));
+                from = i + 1;
+            }
+        }
+        return out;
+    }
+    // lcs[i][j]: the longest common subsequence of old[i..] and new[j..].
+    let mut lcs = vec![0u32; (n + 1) * (m + 1)];
+    let at = |i: usize, j: usize| i * (m + 1) + j;
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[at(i, j)] = if same(i, j) {
+                lcs[at(i + 1, j + 1)] + 1
+            } else {
+                lcs[at(i + 1, j)].max(lcs[at(i, j + 1)])
+            };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < n && j < m {
+        if same(i, j) {
+            out.push((i, j));
+            i += 1;
+            j += 1;
+        } else if lcs[at(i + 1, j)] >= lcs[at(i, j + 1)] {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+/// Judge which indentation new lines were written at from the lines they share with the old
+/// lines (`pairs`), and from the first new line when it shares none: a shared line indented as
+/// in the file says [`Frame::File`], one indented as the model sent the old line says
+/// [`Frame::Sent`]. Lines whose old and file indentation agree say nothing. Any line that says
+/// neither, or lines that disagree, make it unclear: the error says why, in words.
+pub(crate) fn judge_frame(
+    file: &[Option<&str>],
+    old: &[&str],
+    new: &[&str],
+    pairs: &[(usize, usize)],
+) -> Result<Frame, String> {
+    let (mut as_file, mut as_sent, mut neither) = (None, None, None);
+    let mut vote = |k: usize, j: usize| {
+        let Some(f) = file.get(k).copied().flatten() else {
+            return;
+        };
+        let (fi, oi, ni) = (indent_of(f), indent_of(old[k]), indent_of(new[j]));
+        if fi == oi {
+            return;
+        }
+        let slot = if ni == fi {
+            &mut as_file
+        } else if ni == oi {
+            &mut as_sent
+        } else {
+            &mut neither
+        };
+        slot.get_or_insert((k, j));
+    };
+    for &(k, j) in pairs {
+        vote(k, j);
+    }
+    let first_new = new.iter().position(|l| !is_blank(l));
+    let first_old = old.iter().position(|l| !is_blank(l));
+    if let (Some(j), Some(k)) = (first_new, first_old)
+        && !pairs.iter().any(|p| p.1 == j)
+    {
+        vote(k, j);
+    }
+    let says = |(k, j): (usize, usize)| {
+        format!(
+            "line {} of the new text has {} where the old text has {} and the file {}",
+            j + 1,
+            ws_words(indent_of(new[j])),
+            ws_words(indent_of(old[k])),
+            ws_words(indent_of(file[k].unwrap_or(""))),
+        )
+    };
+    match (as_file, as_sent, neither) {
+        (_, _, Some(n)) => Err(format!(
+            "{}: it is indented neither like the old text nor like the file",
+            says(n)
+        )),
+        (Some(f), Some(s), None) => Err(format!(
+            "the new text is indented like the file in one place and like the old text in \
+             another ({}; {})",
+            says(f),
+            says(s)
+        )),
+        (Some(_), None, None) => Ok(Frame::File),
+        (None, _, None) => Ok(Frame::Sent),
     }
 }
 
-/// new_string re-indented by `shift`, with the file's line ending.
-fn reshape(new: &str, shift: &Shift, eol: &str) -> String {
-    let lines: Vec<String> = new
-        .split('\n')
-        .map(|l| l.strip_suffix('\r').unwrap_or(l))
-        .map(|l| match shift {
-            _ if is_blank(l) => l.to_string(),
-            Shift::Same => l.to_string(),
-            Shift::Add(p) => format!("{p}{l}"),
-            Shift::Remove(p) => match l.strip_prefix(p.as_str()) {
-                Some(rest) => rest.to_string(),
-                // Less indented than the offset: drop what indentation it has.
-                None => {
-                    let ws = l.len() - l.trim_start_matches([' ', '\t']).len();
-                    if p.starts_with(&l[..ws]) {
-                        l[ws..].to_string()
-                    } else {
-                        l.to_string()
-                    }
-                }
-            },
-        })
-        .collect();
-    lines.join(eol)
-}
-
-/// Try the near-miss levels in order. Ok(None) when none matches anywhere; an error when the
-/// first level that matches matches more than one place.
+/// Try the near-miss levels. Ok(None) when none matches anywhere. The first level that matches
+/// is applied only when it matches one place and no later level matches another place: an error
+/// names the places otherwise.
 fn forgive(path: &str, content: &[u8], old: &str, new: &str) -> Result<Option<Edited>, ToolError> {
     // Only text: a non-UTF-8 file gets no guessing.
     let Ok(text) = std::str::from_utf8(content) else {
@@ -453,72 +1011,168 @@ fn forgive(path: &str, content: &[u8], old: &str, new: &str) -> Result<Option<Ed
     if old_ends_nl {
         old_lines.pop();
     }
-    for level in Slack::ALL {
-        let found = near_matches(level, &lines, &old_lines);
-        let m = match found.len() {
-            0 => continue,
-            1 => &found[0],
-            n => {
-                let at: Vec<String> = found
-                    .iter()
-                    .take(20)
-                    .map(|m| (m.first + 1).to_string())
-                    .collect();
-                return Err(ToolError::Conflict(format!(
-                    "old_string was not found exactly in {path}; ignoring {} it matches {n} \
-                     places (at lines {}), so nothing was changed. Copy the exact text from \
-                     read_file and include more surrounding lines to make it unique",
-                    level.what(),
-                    at.join(", ")
-                )));
-            }
-        };
-        let (first, last) = (&lines[m.first], &lines[m.last]);
-        let eol = if first.crlf { "\r\n" } else { "\n" };
-        let mut new_text = new;
-        if level == Slack::BlankLines {
-            // Blank lines at old_string's edges were not matched; drop the same ones from new.
-            for _ in old_lines.iter().take_while(|l| is_blank(l)) {
-                match new_text.split_once('\n') {
-                    Some((h, rest)) if is_blank(h) => new_text = rest,
-                    _ => break,
-                }
-            }
-            for _ in old_lines.iter().rev().take_while(|l| is_blank(l)) {
-                let nl = usize::from(old_ends_nl && new_text.ends_with('\n'));
-                let body = &new_text[..new_text.len() - nl];
-                match body.rsplit_once('\n') {
-                    Some((rest, tail)) if is_blank(tail) => {
-                        new_text = &new_text[..rest.len() + nl];
-                    }
-                    _ => break,
-                }
-            }
-        }
-        let end = if old_ends_nl { last.next } else { last.end };
-        // The file's missing final newline stays missing.
-        if old_ends_nl && last.next == last.end {
-            new_text = new_text.strip_suffix('\n').unwrap_or(new_text);
-            new_text = new_text.strip_suffix('\r').unwrap_or(new_text);
-        }
-        let replacement = reshape(new_text, &m.shift, eol);
-        let mut out = Vec::with_capacity(content.len() + replacement.len());
-        out.extend_from_slice(&content[..first.start]);
-        let offset = out.len();
-        out.extend_from_slice(replacement.as_bytes());
-        out.extend_from_slice(&content[end..]);
-        let line = line_of(&out, offset);
-        return Ok(Some((
-            out,
-            vec![Replacement {
-                offset,
-                len: replacement.len(),
-                line,
-                forgiven: Some(level.note()),
-            }],
+    let found: Vec<(Slack, Vec<NearMatch>)> = Slack::ALL
+        .iter()
+        .map(|&level| (level, near_matches(level, &lines, &old_lines)))
+        .collect();
+    let Some(winner) = found.iter().position(|(_, f)| !f.is_empty()) else {
+        return Ok(None);
+    };
+    let (level, matches) = (found[winner].0, &found[winner].1);
+    let all_text: Vec<&str> = lines.iter().map(|l| l.text).collect();
+    if matches.len() > 1 {
+        let at: Vec<String> = matches
+            .iter()
+            .take(20)
+            .map(|m| (m.first + 1).to_string())
+            .collect();
+        return Err(ToolError::Conflict(format!(
+            "old_string was not found exactly in {path}; ignoring {} it matches {} places (at \
+             lines {}), so nothing was changed. Copy the exact text from read_file and include \
+             more surrounding lines to make it unique",
+            level.what(),
+            matches.len(),
+            at.join(", ")
         )));
     }
-    Ok(None)
+    let m = &matches[0];
+    // Another place that a looser level matches is a place the model may have meant.
+    let key = m.key(&old_lines);
+    let mut places: Vec<(usize, usize, usize, Slack)> = vec![(key, m.first, m.last, level)];
+    for (l, ms) in &found[winner + 1..] {
+        for x in ms {
+            let k = x.key(&old_lines);
+            if !places.iter().any(|p| p.0 == k) {
+                places.push((k, x.first, x.last, *l));
+            }
+        }
+    }
+    if places.len() > 1 {
+        let mut msg = format!(
+            "old_string was not found exactly in {path}, and it is near {} places, so nothing \
+             was changed (the edit could land in the wrong one):",
+            places.len()
+        );
+        for &(_, first, last, l) in places.iter().take(5) {
+            msg.push_str(&format!(
+                "\n\n{} {} ignoring {}:\n{}",
+                capitalized(&span(first + 1, last + 1)),
+                if first == last { "matches" } else { "match" },
+                l.what(),
+                numbered_lines(&all_text, first, (last - first + 1).min(8)).trim_end()
+            ));
+        }
+        msg.push_str(
+            "\n\nCopy the exact text of the place you mean from read_file, with a line or two \
+             more around it if needed to make it unique.",
+        );
+        return Err(ToolError::Conflict(msg));
+    }
+    let (first, last) = (&lines[m.first], &lines[m.last]);
+    let eol = if first.crlf { "\r\n" } else { "\n" };
+    let mut new_text = new;
+    if level == Slack::BlankLines {
+        // Blank lines at old_string's edges were not matched; drop the same ones from new.
+        for _ in old_lines.iter().take_while(|l| is_blank(l)) {
+            match new_text.split_once('\n') {
+                Some((h, rest)) if is_blank(h) => new_text = rest,
+                _ => break,
+            }
+        }
+        for _ in old_lines.iter().rev().take_while(|l| is_blank(l)) {
+            let nl = usize::from(old_ends_nl && new_text.ends_with('\n'));
+            let body = &new_text[..new_text.len() - nl];
+            match body.rsplit_once('\n') {
+                Some((rest, tail)) if is_blank(tail) => {
+                    new_text = &new_text[..rest.len() + nl];
+                }
+                _ => break,
+            }
+        }
+    }
+    let end = if old_ends_nl { last.next } else { last.end };
+    // The file's missing final newline stays missing.
+    if old_ends_nl && last.next == last.end {
+        new_text = new_text.strip_suffix('\n').unwrap_or(new_text);
+        new_text = new_text.strip_suffix('\r').unwrap_or(new_text);
+    }
+    let new_lines: Vec<&str> = new_text
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .collect();
+    let file_of: Vec<Option<&str>> = m.map.iter().map(|o| o.map(|i| lines[i].text)).collect();
+    let pairs = shared_lines(&old_lines, &new_lines);
+    let indent = Indent::Shift(m.shift.clone());
+    let frame = if m.shift == Shift::Same {
+        None
+    } else {
+        let frame = judge_frame(&file_of, &old_lines, &new_lines, &pairs)
+            .map_err(|why| unclear_indent(path, &all_text, m, &why))?;
+        Some(frame)
+    };
+    let mut out_lines: Vec<String> = Vec::with_capacity(new_lines.len());
+    for (j, l) in new_lines.iter().enumerate() {
+        // A line the model kept as it believed it was keeps the file's own bytes.
+        let kept = pairs
+            .iter()
+            .find(|p| p.1 == j)
+            .and_then(|&(k, _)| file_of[k].filter(|f| old_lines[k] == *l && *f != old_lines[k]));
+        let line = match (kept, frame) {
+            (Some(f), _) => f.to_string(),
+            (None, Some(Frame::File)) => l.to_string(),
+            (None, _) => indent.apply(l).ok_or_else(|| {
+                unclear_indent(
+                    path,
+                    &all_text,
+                    m,
+                    &format!(
+                        "line {} of the new text is indented with {}, which does not take the \
+                         offset",
+                        j + 1,
+                        ws_words(indent_of(l))
+                    ),
+                )
+            })?,
+        };
+        out_lines.push(line);
+    }
+    let replacement = out_lines.join(eol);
+    let mut out = Vec::with_capacity(content.len() + replacement.len());
+    out.extend_from_slice(&content[..first.start]);
+    let offset = out.len();
+    out.extend_from_slice(replacement.as_bytes());
+    out.extend_from_slice(&content[end..]);
+    let line = line_of(&out, offset);
+    Ok(Some((
+        out,
+        vec![Replacement {
+            offset,
+            len: replacement.len(),
+            replaced: end - first.start,
+            line,
+            forgiven: Some(level.note(frame)),
+            warning: None,
+        }],
+    )))
+}
+
+/// The refusal when old_string matched only with its indentation changed and new_string does
+/// not show which indentation it was written at.
+fn unclear_indent(path: &str, lines: &[&str], m: &NearMatch, why: &str) -> ToolError {
+    let offset = match &m.shift {
+        Shift::Add(p) => format!("{} more than", ws_words(p)),
+        Shift::Remove(p) => format!("{} less than", ws_words(p)),
+        Shift::Same => "the same as".into(),
+    };
+    ToolError::Conflict(format!(
+        "old_string was not found exactly in {path}; ignoring indentation it matches {} (the \
+         file's lines are indented {offset} old_string's), but {why}, so it is unclear which \
+         indentation new_string was written at and nothing was changed. The current lines \
+         are:\n{}\nSend old_string and new_string again with the file's own indentation, as \
+         shown above.",
+        span(m.first + 1, m.last + 1),
+        numbered_lines(lines, m.first, (m.last - m.first + 1).min(40)).trim_end()
+    ))
 }
 
 fn uses_crlf(content: &[u8]) -> bool {
@@ -532,6 +1186,38 @@ fn to_crlf(s: &str) -> String {
 /// 1-indexed line number of byte `offset`.
 fn line_of(content: &[u8], offset: usize) -> usize {
     memchr::memchr_iter(b'\n', &content[..offset]).count() + 1
+}
+
+/// "line 7" or "lines 7-9" (1-indexed, inclusive).
+pub(crate) fn span(first: usize, last: usize) -> String {
+    if first >= last {
+        format!("line {first}")
+    } else {
+        format!("lines {first}-{last}")
+    }
+}
+
+/// `s` with its first letter in upper case.
+pub(crate) fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+/// `count` lines of `lines` from `first` (0-based), numbered as read_file numbers them, each
+/// ending in a newline.
+pub(crate) fn numbered_lines<S: AsRef<str>>(lines: &[S], first: usize, count: usize) -> String {
+    lines
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(count)
+        .map(|(i, l)| {
+            let l = l.as_ref();
+            format!("{:>6}|{}\n", i + 1, l.strip_suffix('\r').unwrap_or(l))
+        })
+        .collect()
 }
 
 /// The places of `lines` most like `old`, best first, at most `max`, never overlapping: each as
@@ -611,11 +1297,12 @@ fn not_found(path: &str, content: &[u8], old: &str) -> ToolError {
             let span = old_lines.len().max(1);
             let region = lines[i..(i + span).min(lines.len())].join("\n");
             if squash(&region) == old_squashed {
+                let (first, last) = (i + 1, i + span);
                 msg.push_str(&format!(
-                    " Lines {}-{} match it except for whitespace (indentation, tabs or line \
-                     endings); copy the exact text from read_file.",
-                    i + 1,
-                    i + span
+                    " {} {} it except for whitespace (indentation, tabs or line endings); copy \
+                     the exact text from read_file.",
+                    capitalized(&self::span(first, last)),
+                    if first == last { "matches" } else { "match" },
                 ));
             }
         }
@@ -647,11 +1334,166 @@ impl EditFile {
     pub fn new(env: Arc<ToolEnv>) -> Self {
         Self { env }
     }
+
+    /// One replacement, as loom-py's `edit_file` forwards it.
+    pub async fn run(
+        &self,
+        args: EditFileArgs,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, ToolError> {
+        let op = EditOp {
+            old_string: args.old_string,
+            new_string: args.new_string,
+            replace_all: args.replace_all,
+        };
+        self.edit(&args.path, &[op], ctx).await
+    }
+
+    /// Apply `ops` in order to the file at `path`, all or none, in one journaled write.
+    async fn edit(
+        &self,
+        path: &str,
+        ops: &[EditOp],
+        ctx: &ToolContext,
+    ) -> Result<ToolResult, ToolError> {
+        let ws = &self.env.workspace;
+        let rel = ws.locate(path, &ctx.cwd)?;
+        let content = ws.read(&rel)?;
+        let current = toolyard_workspace::hash_bytes(&content);
+        let expect = match expect_for_write(&self.env, ctx, &rel, Some(&current)).await {
+            Ok(expect) => expect,
+            Err(e) if is_read_refusal(&e) => {
+                let aims: Vec<&str> = ops.iter().map(|o| o.old_string.as_str()).collect();
+                return refuse_unread(&self.env, ctx, &rel, &content, Aim::Texts(&aims), e).await;
+            }
+            Err(e) => return Err(e),
+        };
+        let mut next = content.clone();
+        // Where each edit's new text is, in the content as it stands after the last edit.
+        let mut regions: Vec<(usize, usize)> = Vec::new();
+        let mut notes: Vec<String> = Vec::new();
+        let mut count = 0;
+        for (i, op) in ops.iter().enumerate() {
+            let (edited, reps) = apply_edit(
+                rel.as_str(),
+                &next,
+                &op.old_string,
+                &op.new_string,
+                op.replace_all,
+            )
+            .map_err(|e| which_edit(e, i, ops.len()))?;
+            regions = carry(&regions, &reps);
+            regions.extend(reps.iter().map(|r| (r.offset, r.len)));
+            regions = merged(regions);
+            let label = if ops.len() > 1 {
+                format!("edit {}: ", i + 1)
+            } else {
+                String::new()
+            };
+            if let Some(note) = reps.iter().find_map(|r| r.forgiven) {
+                notes.push(format!(
+                    "{label}old_string was not found exactly; {note}. Check the lines below."
+                ));
+            }
+            notes.extend(
+                reps.iter()
+                    .filter_map(|r| r.warning.as_ref())
+                    .map(|w| format!("{label}{w}")),
+            );
+            count += reps.len();
+            next = edited;
+        }
+        let out = commit_write(&self.env, ctx, "edit_file", &rel, &next, &expect).await?;
+        let lines: Vec<usize> = regions.iter().map(|&(o, _)| line_of(&next, o)).collect();
+        let text = describe(rel.as_str(), &next, ops.len(), count, &regions, &notes);
+        Ok(ToolResult::ok(text)
+            .with_data(json!({
+                "path": out.path.as_str(),
+                "edits": ops.len(),
+                "replacements": count,
+                "lines": lines,
+                "original_bytes": content.len(),
+                "new_bytes": next.len(),
+            }))
+            .with_files_changed(vec![out.path.to_string()]))
+    }
+}
+
+/// An error of edit `i` of `n`, saying which one when there are several.
+fn which_edit(e: ToolError, i: usize, n: usize) -> ToolError {
+    if n == 1 {
+        return e;
+    }
+    let tag = |m: String| format!("edit {} of {n}: {m} (no edit was applied)", i + 1);
+    match e {
+        ToolError::NotFound(m) => ToolError::NotFound(tag(m)),
+        ToolError::Conflict(m) => ToolError::Conflict(tag(m)),
+        ToolError::InvalidArguments(m) => ToolError::InvalidArguments(tag(m)),
+        e => e,
+    }
+}
+
+/// `regions` (offset, length) sorted, the ones that overlap or touch made one.
+fn merged(mut regions: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+    regions.sort_unstable();
+    let mut out: Vec<(usize, usize)> = Vec::with_capacity(regions.len());
+    for (o, l) in regions {
+        match out.last_mut() {
+            Some(last) if o <= last.0 + last.1 => last.1 = (o + l).max(last.0 + last.1) - last.0,
+            _ => out.push((o, l)),
+        }
+    }
+    out
+}
+
+/// `regions` (offset, length) of the content before an edit, moved to where they are after it
+/// (`reps` are the edit's replacements): a region the edit overlapped grows to cover it.
+fn carry(regions: &[(usize, usize)], reps: &[Replacement]) -> Vec<(usize, usize)> {
+    // Each replacement as (old start, old end, new start, new end).
+    let mut moved = 0isize;
+    let spans: Vec<(usize, usize, usize, usize)> = reps
+        .iter()
+        .map(|r| {
+            let old_start = r.offset.saturating_add_signed(-moved);
+            moved += r.len as isize - r.replaced as isize;
+            (
+                old_start,
+                old_start + r.replaced,
+                r.offset,
+                r.offset + r.len,
+            )
+        })
+        .collect();
+    regions
+        .iter()
+        .map(|&(o, l)| {
+            let end = o + l;
+            let mut delta = 0isize;
+            let (mut lo, mut hi) = (usize::MAX, 0);
+            for &(os, oe, ns, ne) in &spans {
+                if oe <= o {
+                    delta += (ne - ns) as isize - (oe - os) as isize;
+                } else if os >= end {
+                    break;
+                } else {
+                    lo = lo.min(ns);
+                    hi = hi.max(ne);
+                }
+            }
+            let start = o.saturating_add_signed(delta);
+            if lo == usize::MAX {
+                (start, l)
+            } else {
+                let s = start.min(lo);
+                (s, (start + l).max(hi) - s)
+            }
+        })
+        .collect()
 }
 
 #[async_trait]
 impl TypedTool for EditFile {
-    type Args = EditFileArgs;
+    type Args = EditFileCall;
 
     fn name(&self) -> &str {
         "edit_file"
@@ -659,74 +1501,75 @@ impl TypedTool for EditFile {
 
     fn description(&self) -> &str {
         "Replace an exact string in a file. old_string must occur exactly once unless \
-         replace_all is true; line endings, BOM and the final newline are kept. The file must \
-         have been read with read_file in this session. Shows the changed lines."
+         replace_all is true; line endings, BOM and the final newline are kept. Several edits \
+         of one file go in one call as edits: [{old_string, new_string, replace_all?}, ...], \
+         applied in order, all or none. The file must have been read with read_file in this \
+         session. Shows the changed lines."
     }
 
     fn annotations(&self) -> Annotations {
         Annotations::MUTATING
     }
 
-    async fn run(&self, args: EditFileArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let ws = &self.env.workspace;
-        let rel = ws.locate(&args.path, &ctx.cwd)?;
-        let content = ws.read(&rel)?;
-        let current = toolyard_workspace::hash_bytes(&content);
-        let expect = expect_for_write(&self.env, ctx, &rel, Some(&current)).await?;
-        let (new_content, reps) = apply_edit(
-            rel.as_str(),
-            &content,
-            &args.old_string,
-            &args.new_string,
-            args.replace_all,
-        )?;
-        let out = commit_write(&self.env, ctx, "edit_file", &rel, &new_content, &expect).await?;
-        let text = describe(rel.as_str(), &new_content, &reps);
-        Ok(ToolResult::ok(text)
-            .with_data(json!({
-                "path": out.path.as_str(),
-                "replacements": reps.len(),
-                "lines": reps.iter().map(|r| r.line).collect::<Vec<_>>(),
-                "original_bytes": content.len(),
-                "new_bytes": new_content.len(),
-            }))
-            .with_files_changed(vec![out.path.to_string()]))
+    async fn run(&self, args: EditFileCall, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
+        let (path, ops) = args.into_ops()?;
+        self.edit(&path, &ops, ctx).await
     }
 }
 
-/// "Edited PATH: N replacements" and the changed regions with line numbers and two lines of
-/// context (the first three regions).
-fn describe(path: &str, content: &[u8], reps: &[Replacement]) -> String {
+/// "Edited PATH: N replacements", what was forgiven or should be checked, and the changed
+/// regions with line numbers and two lines of context (the first few).
+fn describe(
+    path: &str,
+    content: &[u8],
+    edits: usize,
+    count: usize,
+    regions: &[(usize, usize)],
+    notes: &[String],
+) -> String {
     let text = String::from_utf8_lossy(content);
     let lines: Vec<&str> = text.lines().collect();
-    let n = reps.len();
-    let mut out = format!(
-        "Edited {path}: {n} replacement{}.",
-        if n == 1 { "" } else { "s" }
-    );
-    if let Some(note) = reps.iter().find_map(|r| r.forgiven) {
-        out.push_str(&format!(
-            " old_string was not found exactly; {note}. Check the lines below."
-        ));
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    let mut out = if edits > 1 {
+        format!(
+            "Edited {path}: {edits} edits, {count} replacement{}.",
+            plural(count)
+        )
+    } else {
+        format!("Edited {path}: {count} replacement{}.", plural(count))
+    };
+    for note in notes {
+        out.push(' ');
+        out.push_str(note);
     }
-    for r in reps.iter().take(3) {
-        let new_lines = content[r.offset..r.offset + r.len]
+    // Line ranges (0-based, end exclusive) to show, overlapping ones merged.
+    let mut shown: Vec<(usize, usize)> = Vec::new();
+    for &(offset, len) in regions {
+        let first = line_of(content, offset) - 1;
+        let new_lines = content[offset..offset + len]
             .iter()
             .filter(|&&b| b == b'\n')
             .count();
-        let from = r.line.saturating_sub(3);
-        let to = (r.line + new_lines + 2).min(lines.len());
-        out.push('\n');
-        for (i, l) in lines.iter().enumerate().take(to).skip(from) {
-            out.push_str(&format!(
-                "\n{:>6}|{}",
-                i + 1,
-                l.strip_suffix('\r').unwrap_or(l)
-            ));
+        let (from, to) = (
+            first.saturating_sub(2),
+            (first + new_lines + 3).min(lines.len()),
+        );
+        match shown.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => shown.push((from, to)),
         }
     }
-    if n > 3 {
-        out.push_str(&format!("\n\n... and {} more replacements", n - 3));
+    let max = if edits > 1 { edits.clamp(3, 8) } else { 3 };
+    for &(from, to) in shown.iter().take(max) {
+        out.push('\n');
+        out.push('\n');
+        out.push_str(numbered_lines(&lines, from, to - from).trim_end_matches('\n'));
+    }
+    if shown.len() > max {
+        out.push_str(&format!(
+            "\n\n... and {} more changed places",
+            shown.len() - max
+        ));
     }
     out
 }
@@ -782,7 +1625,8 @@ mod tests {
             false,
         )
         .unwrap();
-        assert_eq!(out, b"fn a() {\n    y();\n}\n");
+        // The line the model kept as it believed it was keeps the file's own bytes.
+        assert_eq!(out, b"fn a() {   \n    y();\n}\n");
         assert_eq!(
             reps[0].forgiven,
             Some("matched ignoring trailing whitespace")

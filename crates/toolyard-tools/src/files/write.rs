@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 
-use super::{commit_write, expect_for_write};
+use super::{Aim, commit_write, expect_for_write, is_read_refusal, refuse_unread};
 use crate::ToolEnv;
 
 /// Arguments of `write_file`.
@@ -55,7 +55,14 @@ impl TypedTool for WriteFile {
         let ws = &self.env.workspace;
         let rel = ws.locate(&args.path, &ctx.cwd)?;
         let current = ws.hash_of(&rel)?;
-        let expect = expect_for_write(&self.env, ctx, &rel, current.as_deref()).await?;
+        let expect = match expect_for_write(&self.env, ctx, &rel, current.as_deref()).await {
+            Ok(expect) => expect,
+            Err(e) if is_read_refusal(&e) => {
+                let content = ws.read(&rel)?;
+                return refuse_unread(&self.env, ctx, &rel, &content, Aim::Head, e).await;
+            }
+            Err(e) => return Err(e),
+        };
         let out = commit_write(
             &self.env,
             ctx,
