@@ -1,6 +1,7 @@
-//! The reproductions of the audit of 1059af5 (`shared/notes/audit-1059af5.md`) that concern the
-//! local endpoints and the smaller findings, each through the real binary, named after its
-//! finding. Each failed at 1059af5 (run them against that binary with `TOOLYARD_TEST_BIN`).
+//! The reproductions of the audit of 1059af5 (`shared/notes/audit-1059af5.md`), each through the
+//! real binary, named after its finding: R01–R13 and L1–L4 (R04's race is played as its cause,
+//! a command reaching the quarantine). Each failed at 1059af5 (run them against that binary with
+//! `TOOLYARD_TEST_BIN`).
 //!
 //! Every test has its own workspace, TOOLYARD_STATE_DIR and HOME in a temp dir; the session
 //! hosts it starts leave when that state directory is deleted (and are killed as a backstop).
@@ -906,4 +907,163 @@ fn l2_a_background_process_log_stops_at_the_saved_output_cap() {
             path.display()
         );
     }
+}
+
+// ---------------------------------------------------------------- R01, R04/R12, R09, R13, L1
+
+#[test]
+fn r01_a_root_command_has_no_capabilities_and_makes_no_device_node() {
+    let e = env();
+    std::fs::create_dir_all(&e.ws).unwrap();
+    for tool in ["run_command", "run_command_isolated"] {
+        let o = e.call(
+            "m",
+            tool,
+            &json!({"command": "grep CapEff /proc/self/status; mknod ./lp b 7 0 && echo MADE; ip link set lo down 2>&1 && echo NET-CHANGED; true"}),
+            &[],
+        );
+        let out = text(&o);
+        assert!(out.contains("CapEff:\t0000000000000000"), "{tool}: {out}");
+        assert!(
+            !out.contains("MADE") && !e.ws.join("lp").exists(),
+            "{tool}: {out}"
+        );
+        assert!(!out.contains("NET-CHANGED"), "{tool}: {out}");
+    }
+}
+
+#[test]
+fn r04_r12_no_command_can_touch_the_quarantine() {
+    let e = env();
+    repo_with_marker(&e);
+    // A change Toolyard undoes lands in the quarantine.
+    let o = e.call(
+        "m",
+        "run_command",
+        &json!({"command": "git config core.fsmonitor ./x.sh"}),
+        &[],
+    );
+    assert!(text(&o).contains("quarantine"), "{}", text(&o));
+    let quarantine = std::fs::read_dir(e.state.join("workspaces"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path()
+        .join("quarantine");
+    let kept = std::fs::read_dir(&quarantine).unwrap().count();
+    assert!(kept > 0);
+    let o = e.call(
+        "m",
+        "run_command",
+        &json!({"command": format!(
+            "rm -rf '{q}'/*; ln -s \"$PWD/.git/hooks\" '{q}/planted' && echo LINKED; ls '{q}'",
+            q = quarantine.display()
+        )}),
+        &[],
+    );
+    let out = text(&o);
+    assert!(!out.contains("LINKED"), "{out}");
+    assert_eq!(
+        std::fs::read_dir(&quarantine).unwrap().count(),
+        kept,
+        "{out}"
+    );
+}
+
+#[test]
+fn r09_a_near_miss_never_lands_on_another_place_that_matches_at_an_earlier_level() {
+    let e = env();
+    std::fs::create_dir_all(&e.ws).unwrap();
+    let models = "class Outer:\n    class Cache:\n        def reset(self):\n            self.count = 0\n            self.items = []\n\nclass Session:\n    def reset(self):\n        self.count = 0\n\n        self.items = []\n";
+    std::fs::write(e.ws.join("models.py"), models).unwrap();
+    let old = "    def reset(self):\n        self.count = 0\n        self.items = []";
+    let new = format!("{old}\n        self.closed = True");
+    let o = e.call("m", "read_file", &json!({"path": "models.py"}), &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = e.call(
+        "m",
+        "edit_file",
+        &json!({"path": "models.py", "old_string": old, "new_string": new}),
+        &[],
+    );
+    let now = std::fs::read_to_string(e.ws.join("models.py")).unwrap();
+    let outer = &now[..now.find("class Session").unwrap()];
+    assert!(
+        !outer.contains("closed"),
+        "edited Outer.Cache.reset: {}",
+        text(&o)
+    );
+    assert!(
+        !o.status.success() || now.contains("self.items = []\n        self.closed = True\n"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn r13_a_husky_hook_cannot_be_planted() {
+    let e = env();
+    let marker = repo_with_marker(&e);
+    std::fs::create_dir_all(e.ws.join(".husky/_")).unwrap();
+    std::fs::write(
+        e.ws.join(".husky/_/h"),
+        "#!/bin/sh\nsh \".husky/$(basename \"$0\")\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        e.ws.join(".husky/_/pre-commit"),
+        "#!/bin/sh\n. \"$(dirname \"$0\")/h\"\n",
+    )
+    .unwrap();
+    std::fs::write(e.ws.join(".husky/pre-commit"), "true\n").unwrap();
+    for f in [".husky/_/h", ".husky/_/pre-commit"] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(e.ws.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    assert!(
+        user_git(&e, &["config", "core.hooksPath", ".husky/_"])
+            .status
+            .success()
+    );
+    let o = e.call(
+        "m",
+        "run_command",
+        &json!({"command": format!("echo 'touch {}' > .husky/pre-commit", marker.display())}),
+        &[],
+    );
+    let out = text(&o);
+    assert!(
+        user_git(&e, &["commit", "-q", "--allow-empty", "-m", "x"])
+            .status
+            .success()
+    );
+    assert!(
+        !marker.exists(),
+        "a planted husky hook ran outside the sandbox: {out}"
+    );
+}
+
+#[test]
+fn l1_overlapping_occurrences_are_not_unique() {
+    let e = env();
+    std::fs::create_dir_all(&e.ws).unwrap();
+    std::fs::write(e.ws.join("list.md"), "- a\n- a\n- a\n").unwrap();
+    let o = e.call("m", "read_file", &json!({"path": "list.md"}), &[]);
+    assert!(o.status.success());
+    let o = e.call(
+        "m",
+        "edit_file",
+        &json!({"path": "list.md", "old_string": "a\n- a", "new_string": "b\n- b"}),
+        &[],
+    );
+    assert!(
+        !o.status.success(),
+        "an ambiguous edit applied: {}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("list.md")).unwrap(),
+        "- a\n- a\n- a\n"
+    );
 }
