@@ -320,29 +320,34 @@ impl Shared {
         self.forms
             .get(tool)
             .copied()
-            .unwrap_or(Structured::Envelope)
+            .unwrap_or(Structured::ENVELOPE)
     }
 }
 
-/// What a tool's `outputSchema` promises its results carry as `structuredContent`.
+/// What a tool's definition promises its results carry as `structuredContent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Structured {
-    /// The envelope `{output, success, files_changed, data, error, error_kind}`.
-    Envelope,
-    /// The tool's `data` itself (a tool whose result is its data).
-    Data,
-    /// No schema declared: the tool may answer with an image, which goes without
+pub struct Structured {
+    /// The structured form is the tool's `data` itself (else the envelope `{output, success,
+    /// files_changed, data, error, error_kind}`).
+    pub data: bool,
+    /// The tool declares an `outputSchema`, which clients check every success against. A tool
+    /// that may answer with an image declares none: an image goes without
     /// `structuredContent` (clients that prefer it, like Codex, would show it instead).
-    Undeclared,
+    pub declared: bool,
 }
 
 impl Structured {
+    /// The envelope, declared (most tools).
+    pub const ENVELOPE: Structured = Structured {
+        data: false,
+        declared: true,
+    };
+
     /// The form `def` declares.
     pub fn of(def: &ToolDefinition) -> Self {
-        match (&def.output_schema, def.result_is_data) {
-            (None, _) => Structured::Undeclared,
-            (Some(_), true) => Structured::Data,
-            (Some(_), false) => Structured::Envelope,
+        Structured {
+            data: def.result_is_data,
+            declared: def.output_schema.is_some(),
         }
     }
 }
@@ -361,24 +366,24 @@ pub fn to_call_result(result: ToolResult, form: Structured) -> CallToolResult {
     }
     let mut out = CallToolResult::success(blocks);
     out.is_error = Some(!result.success);
-    out.structured_content = match form {
+    out.structured_content = if !result.images.is_empty() && !form.declared {
         // Clients that prefer structuredContent (Codex) would show it instead of the image;
         // tools that return images declare no output schema, so none is owed.
-        Structured::Undeclared if !result.images.is_empty() => None,
-        Structured::Undeclared | Structured::Envelope => {
-            if !result.images.is_empty() {
-                // A declared schema is a promise clients check (the Python SDK fails the call
-                // without it): keep it, even if a client may then show the text, not the image.
-                tracing::warn!(
-                    "a tool that declares an output schema returned an image; it should not declare one"
-                );
-            }
-            Some(envelope(result))
-        }
+        None
+    } else if form.data {
         // The text is this JSON already. A failure has no data: its text is the whole story,
         // and clients fall back to the text when structured content is absent (they check
         // the schema of successes only).
-        Structured::Data => result.data.filter(|_| result.success),
+        result.data.filter(|_| result.success)
+    } else {
+        if !result.images.is_empty() {
+            // A declared schema is a promise clients check (the Python SDK fails the call
+            // without it): keep it, even if a client may then show the text, not the image.
+            tracing::warn!(
+                "a tool that declares an output schema returned an image; it should not declare one"
+            );
+        }
+        Some(envelope(result))
     };
     out
 }
@@ -835,7 +840,7 @@ mod tests {
         let r = ToolResult::ok("     1|hello")
             .with_data(json!({"n": 1}))
             .with_files_changed(vec!["a.txt".into()]);
-        let out = to_call_result(r, Structured::Envelope);
+        let out = to_call_result(r, Structured::ENVELOPE);
         assert_eq!(
             out.structured_content,
             Some(
@@ -851,7 +856,13 @@ mod tests {
             data: "iVBORw0=".into(),
             mime_type: "image/png".into(),
         });
-        let out = to_call_result(r.clone(), Structured::Undeclared);
+        let out = to_call_result(
+            r.clone(),
+            Structured {
+                data: false,
+                declared: false,
+            },
+        );
         let content = serde_json::to_value(&out.content).unwrap_or_default();
         assert_eq!(content[0]["type"], json!("text"));
         assert_eq!(content[1]["type"], json!("image"));
@@ -861,7 +872,7 @@ mod tests {
         assert!(out.structured_content.is_none());
         // A tool that declared a schema anyway still gets its structured form: clients check
         // for it, and a result they refuse is worse than an image shown as text.
-        let out = to_call_result(r, Structured::Envelope);
+        let out = to_call_result(r, Structured::ENVELOPE);
         assert_eq!(
             out.structured_content.unwrap_or_default()["output"],
             json!("PNG image, 1x1 pixels")
@@ -869,16 +880,43 @@ mod tests {
     }
 
     #[test]
+    fn a_data_shaped_tool_that_may_return_images_keeps_its_data_for_text() {
+        // loom's read_file: its result is its data, and it declares no schema (images).
+        let form = Structured {
+            data: true,
+            declared: false,
+        };
+        let r = ToolResult::ok("{\"contents\": \"x\"}").with_data(json!({"contents": "x"}));
+        assert_eq!(
+            to_call_result(r, form).structured_content,
+            Some(json!({"contents": "x"}))
+        );
+        let r = ToolResult::ok("{}")
+            .with_data(json!({"contents": "PNG"}))
+            .with_image(toolyard_core::Image {
+                data: "iVBORw0=".into(),
+                mime_type: "image/png".into(),
+            });
+        assert!(to_call_result(r, form).structured_content.is_none());
+    }
+
+    #[test]
     fn structured_content_is_the_data_when_the_result_is_its_data() {
         let r = ToolResult::ok("{\"contents\": \"x\"}").with_data(json!({"contents": "x"}));
-        let out = to_call_result(r, Structured::Data);
+        let out = to_call_result(
+            r,
+            Structured {
+                data: true,
+                declared: true,
+            },
+        );
         assert_eq!(out.structured_content, Some(json!({"contents": "x"})));
     }
 
     #[test]
     fn a_failure_is_an_error_result_whose_text_reaches_every_client() {
         let r = ToolResult::failure("path_outside_workspace", "nope");
-        let out = to_call_result(r.clone(), Structured::Envelope);
+        let out = to_call_result(r.clone(), Structured::ENVELOPE);
         assert_eq!(out.is_error, Some(true));
         let text = serde_json::to_value(&out.content).unwrap_or_default();
         assert_eq!(text[0]["text"], json!("Error: nope"));
@@ -887,9 +925,15 @@ mod tests {
         assert_eq!(structured["error_kind"], json!("path_outside_workspace"));
         // A data-shaped tool's failure has no structured form: clients then show the text.
         assert!(
-            to_call_result(r, Structured::Data)
-                .structured_content
-                .is_none()
+            to_call_result(
+                r,
+                Structured {
+                    data: true,
+                    declared: true,
+                },
+            )
+            .structured_content
+            .is_none()
         );
     }
 

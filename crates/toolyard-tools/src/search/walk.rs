@@ -288,6 +288,49 @@ mod tests {
     }
 
     #[test]
+    fn the_hidden_note_fills_the_hint_from_the_first_name() {
+        let hint = "give one as path (e.g. `{file}`), or name it in glob (e.g. `{glob}`)";
+        let h = HiddenSkipped {
+            count: 7,
+            names: vec![".github/workflows/ci.yml".into(), "src/.env".into()],
+            unchecked: false,
+        };
+        assert_eq!(
+            hidden_note(&h, hint).as_deref(),
+            Some(
+                "[7 hidden files would also match: .github/workflows/ci.yml, src/.env and 5 more; \
+                 give one as path (e.g. `.github/workflows/ci.yml`), or name it in glob (e.g. \
+                 `.github/**`)]\n"
+            )
+        );
+        let one = HiddenSkipped {
+            count: 1,
+            names: vec!["src/.env".into()],
+            unchecked: false,
+        };
+        assert!(
+            hidden_note(&one, hint).is_some_and(
+                |n| n.starts_with("[1 hidden file would") && n.contains("`src/.env`)]")
+            )
+        );
+        assert_eq!(hidden_note(&HiddenSkipped::default(), hint), None);
+        // The budget ran out before any match: the note says so, with the hint's own example.
+        let unchecked = HiddenSkipped {
+            unchecked: true,
+            ..HiddenSkipped::default()
+        };
+        let note = hidden_note(&unchecked, hint).unwrap_or_default();
+        assert!(
+            note.starts_with("[hidden files were not all searched"),
+            "{note}"
+        );
+        assert!(
+            note.contains("`.env`") && note.contains("`.github/**`"),
+            "{note}"
+        );
+    }
+
+    #[test]
     fn below_strips_the_search_root() {
         assert_eq!(below(b"src/a.rs", b"src"), b"a.rs");
         assert_eq!(below(b"src/a.rs", b""), b"src/a.rs");
