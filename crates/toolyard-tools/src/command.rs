@@ -170,6 +170,25 @@ impl CommandEnv {
             .await
     }
 
+    /// [`CommandEnv::run_outcome`] for a dialect whose tools continue a running command: one
+    /// still running after `[exec] answer_after_ms` comes back as `Err` with the process's
+    /// result (its id in `data.process_id`, the output so far), and goes on in the background.
+    pub async fn run_outcome_or_answer(
+        &self,
+        ctx: &ToolContext,
+        command: &str,
+    ) -> Result<Result<ExecOutcome, ToolResult>, ToolError> {
+        Ok(
+            match self
+                .execute(ctx, command, None, None, Streams::Merged, true)
+                .await?
+            {
+                Executed::Finished(outcome) => Ok(outcome),
+                Executed::Running(proc, so_far) => Err(running_result(&proc, &so_far, ctx.timeout)),
+            },
+        )
+    }
+
     /// [`CommandEnv::run_outcome`] with stdout and stderr apart, for results that name them.
     pub async fn run_outcome_apart(
         &self,

@@ -357,9 +357,14 @@ struct Mcp {
 
 impl Mcp {
     fn start(e: &Env, catalog: &str) -> Self {
+        Self::start_with(e, catalog, &[])
+    }
+
+    fn start_with(e: &Env, catalog: &str, extra: &[&str]) -> Self {
         let mut child = e
             .command()
             .args(["serve", "--catalog", catalog])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -500,4 +505,35 @@ fn a_one_shot_cli_call_waits_for_its_command() {
         &["--catalog", &catalog],
     );
     assert_eq!(out(&v), "exit code: 0\ndone\n", "{v}");
+}
+
+#[test]
+fn claude_code_bash_still_running_when_clients_give_up_becomes_a_background_shell() {
+    let e = env();
+    let catalog = e.catalog("[exec]\nanswer_after_ms = 1000\n");
+    let mut mcp = Mcp::start_with(&e, &catalog, &["--dialect", "claude-code"]);
+    let (text, r) = mcp.call(
+        "Bash",
+        json!({"command": "echo early; sleep 3; echo late; exit 3"}),
+    );
+    let id = r["data"]["process_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not answered while running: {text}"))
+        .to_string();
+    assert!(
+        text.starts_with(&format!("Command running in background with ID: {id}.")),
+        "{text}"
+    );
+    assert!(
+        text.contains("early") && text.contains("BashOutput"),
+        "{text}"
+    );
+    let until = Instant::now() + PATIENCE;
+    let mut seen = String::new();
+    while !seen.contains("late") {
+        let (text, _) = mcp.call("BashOutput", json!({"bash_id": id}));
+        seen.push_str(&text);
+        assert!(Instant::now() < until, "its output never came: {seen}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }

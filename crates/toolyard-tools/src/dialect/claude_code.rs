@@ -1102,16 +1102,19 @@ impl TypedTool for ClaudeBash {
             let asked = call.get(TIMEOUT_ARG).and_then(Value::as_u64);
             ctx.timeout = time_limit("Bash", asked, ctx.timeout, ctx.max_timeout)?;
             let wrapped = format!("{CWD_TRAP}{command}");
-            let mut outcome = self
-                .commands
-                .run_outcome(&ctx, &wrapped, None, None)
-                .await?;
-            let after =
-                take_cwd_marker(&mut outcome).and_then(|end| self.end_dir(&ctx.session_id, &end));
-            let r = delegated(Ok(command_result(&outcome)))?;
-            match after {
-                Some(note) => with_note(r, &note, false),
-                None => r,
+            // Still running close to when clients give up on a call: handed back as a
+            // background shell BashOutput reads (the directory it ends in is not kept).
+            match self.commands.run_outcome_or_answer(&ctx, &wrapped).await? {
+                Ok(mut outcome) => {
+                    let after = take_cwd_marker(&mut outcome)
+                        .and_then(|end| self.end_dir(&ctx.session_id, &end));
+                    let r = delegated(Ok(command_result(&outcome)))?;
+                    match after {
+                        Some(note) => with_note(r, &note, false),
+                        None => r,
+                    }
+                }
+                Err(running) => bash_after(running, &json!({"background": true})),
             }
         };
         Ok(match before {
