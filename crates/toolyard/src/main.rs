@@ -926,11 +926,21 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
     match undone {
         Ok(undone) => {
             for out in &undone {
+                if out.already {
+                    out!(
+                        "undid change #{}: {} was already as before it, so nothing was written (this undo is change #{}; there is nothing to redo)",
+                        out.undone.0,
+                        out.path,
+                        out.undo.0
+                    );
+                    continue;
+                }
                 let what = if out.removed { "removed" } else { "restored" };
                 out!(
-                    "undid change #{}: {what} {} (this undo is change #{})",
+                    "undid change #{}: {what} {} (this undo is change #{}; `toolyard undo {}` redoes it)",
                     out.undone.0,
                     out.path,
+                    out.undo.0,
                     out.undo.0
                 );
             }

@@ -404,6 +404,59 @@ fn log_and_undo_in_a_subdirectory_see_the_repository_root() {
 }
 
 #[test]
+fn cli_undo_says_when_a_file_was_already_back_and_how_to_redo() {
+    let e = env();
+    std::fs::write(e.ws.join("f.txt"), "one\n").unwrap();
+    let call = |tool: &str, args: &str| {
+        let o = e.run(&["call", tool, args]);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    call("read_file", r#"{"path":"f.txt"}"#);
+    call(
+        "edit_file",
+        r#"{"path":"f.txt","old_string":"one","new_string":"two"}"#,
+    );
+    // A formatter (or the user) put it back meanwhile.
+    std::fs::write(e.ws.join("f.txt"), "one\n").unwrap();
+    let o = e.run(&["undo"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("f.txt was already as before it, so nothing was written"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("f.txt")).unwrap(),
+        "one\n"
+    );
+
+    // A plain undo names the change that redoes it, and that redo works.
+    call("read_file", r#"{"path":"f.txt"}"#);
+    call(
+        "edit_file",
+        r#"{"path":"f.txt","old_string":"one","new_string":"three"}"#,
+    );
+    let o = e.run(&["undo"]);
+    let out = text(&o);
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("f.txt")).unwrap(),
+        "one\n"
+    );
+    let redo = out
+        .split("`toolyard undo ")
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+        .unwrap_or_else(|| panic!("no redo hint: {out}"))
+        .to_string();
+    let o = e.run(&["undo", &redo]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("f.txt")).unwrap(),
+        "three\n"
+    );
+}
+
+#[test]
 fn a_missing_workspace_is_named_as_the_workspace() {
     let e = env();
     let o = e.run(&["log", "-w", "/nonexistent/ws"]);
