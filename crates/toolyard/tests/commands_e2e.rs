@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod common;
+use common::toolyard_bin;
+
 /// How long a test waits for something that should happen soon (a failure bound, not a
 /// threshold: a passing test never waits this long).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -37,14 +40,6 @@ fn env() -> Env {
         state,
         home,
     }
-}
-
-/// The binary under test: `TOOLYARD_TEST_BIN` when set (another build, to compare), else the
-/// one cargo built.
-fn toolyard_bin() -> PathBuf {
-    std::env::var_os("TOOLYARD_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_toolyard")))
 }
 
 impl Env {

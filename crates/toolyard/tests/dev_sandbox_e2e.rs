@@ -7,12 +7,8 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-/// The binary under test: `TOOLYARD_TEST_BIN` when set, else the one cargo built.
-fn toolyard_bin() -> PathBuf {
-    std::env::var_os("TOOLYARD_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_toolyard")))
-}
+mod common;
+use common::toolyard_bin;
 
 /// A workspace, a state dir and a home of the test's own.
 struct Env {

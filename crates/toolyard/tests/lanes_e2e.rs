@@ -11,13 +11,8 @@ use serde_json::{Value, json};
 use toolyard_core::Lane;
 use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 
-/// The binary under test: `TOOLYARD_TEST_BIN` when set (a copy another user may run, see
-/// tests/confined/run.sh), else the one cargo built.
-fn toolyard_bin() -> PathBuf {
-    std::env::var_os("TOOLYARD_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_toolyard")))
-}
+mod common;
+use common::toolyard_bin;
 
 struct Env {
     _t: tempfile::TempDir,

@@ -25,17 +25,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod common;
+use common::toolyard_bin;
+
 /// A bound on how long one workload may take in one lane: a failure bound, not a threshold (a
 /// passing run takes seconds).
 const PATIENCE_MS: u64 = 600_000;
-
-/// The binary under test: `TOOLYARD_TEST_BIN` when set (a copy another user may run), else the
-/// one cargo built.
-fn toolyard_bin() -> PathBuf {
-    std::env::var_os("TOOLYARD_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_toolyard")))
-}
 
 /// Where a command runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

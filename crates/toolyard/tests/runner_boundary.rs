@@ -6,6 +6,9 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
+mod common;
+use common::toolyard_bin;
+
 const CANARY: &str = "CANARY-SECRET-7f3a";
 
 /// Walks up from the command to every Toolyard ancestor (its init, runner and server) and tries
@@ -34,14 +37,6 @@ while [ -n "$p" ] && [ "$p" -gt 1 ]; do
 done
 echo attack-done
 "#;
-
-/// The binary under test: `TOOLYARD_TEST_BIN` when set (a copy another user may run, see
-/// tests/confined/run.sh), else the one cargo built.
-fn toolyard_bin() -> PathBuf {
-    std::env::var_os("TOOLYARD_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_toolyard")))
-}
 
 struct Env {
     _t: tempfile::TempDir,
