@@ -571,3 +571,158 @@ fn a_quarantine_on_another_file_system_gets_a_copy() {
             .is_symlink()
     );
 }
+
+// ---- One accepted state per workspace -------------------------------------------------------
+
+#[test]
+fn overlapping_commands_undo_against_one_accepted_state_never_their_own() {
+    let f = fixture();
+    let p = protected(&f);
+    // A background command starts with the workspace at rest, and plants a hook.
+    let (first, first_hold) = p.begin(&f.quarantine);
+    fs::write(f.ws.join(".git/hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
+    // A second command starts meanwhile: in another process too, it must not take the plant
+    // for the state it restores (a fresh Protected stands for another runner).
+    let (second, second_hold) = protected(&f).begin(&f.quarantine);
+    // The first ends: its repair removes the plant.
+    let undone = first.restore(&f.quarantine);
+    drop(first_hold);
+    assert_eq!(find(&undone, ".git/hooks/pre-commit").action, "removed");
+    // The second ends: it must not put the plant back.
+    let undone = second.restore(&f.quarantine);
+    drop(second_hold);
+    assert!(
+        !f.ws.join(".git/hooks/pre-commit").exists(),
+        "the plant came back: {undone:?}"
+    );
+}
+
+#[test]
+fn a_plant_made_while_a_command_runs_is_removed_by_a_command_started_after_it() {
+    let f = fixture();
+    let p = protected(&f);
+    let (_long, long_hold) = p.begin(&f.quarantine);
+    fs::write(f.ws.join(".git/hooks/post-checkout"), "#!/bin/sh\nevil\n").unwrap();
+    let (short, short_hold) = p.begin(&f.quarantine);
+    let undone = short.restore(&f.quarantine);
+    drop(short_hold);
+    assert_eq!(find(&undone, ".git/hooks/post-checkout").action, "removed");
+    drop(long_hold);
+}
+
+#[test]
+fn the_state_is_taken_again_once_the_workspace_is_at_rest() {
+    let f = fixture();
+    let p = protected(&f);
+    let (snap, hold) = p.begin(&f.quarantine);
+    assert!(snap.restore(&f.quarantine).is_empty());
+    drop(hold);
+    // The user adds a hook of their own while nothing runs: the next command accepts it.
+    fs::write(f.ws.join(".git/hooks/pre-push"), "#!/bin/sh\nmine\n").unwrap();
+    let (snap, hold) = p.begin(&f.quarantine);
+    assert!(snap.restore(&f.quarantine).is_empty());
+    drop(hold);
+    assert_eq!(
+        fs::read_to_string(f.ws.join(".git/hooks/pre-push")).unwrap(),
+        "#!/bin/sh\nmine\n"
+    );
+}
+
+#[test]
+fn a_planted_accepted_state_link_is_never_followed() {
+    let f = fixture();
+    fs::create_dir_all(&f.quarantine).unwrap();
+    let target = f.outside.join("keep.txt");
+    symlink(&target, f.quarantine.join("accepted.state.next")).unwrap();
+    let (_snap, hold) = protected(&f).begin(&f.quarantine);
+    drop(hold);
+    assert_eq!(fs::read_to_string(&target).unwrap(), "outside\n");
+}
+
+// ---- node_modules/.bin under a hooks path -----------------------------------------------------
+
+fn husky_fixture() -> Fixture {
+    let f = fixture();
+    fs::write(
+        f.ws.join(".git/config"),
+        "[core]\n\trepositoryformatversion = 0\n\thooksPath = .husky/_\n",
+    )
+    .unwrap();
+    fs::create_dir_all(f.ws.join(".husky/_")).unwrap();
+    fs::create_dir_all(f.ws.join("node_modules/eslint/bin")).unwrap();
+    fs::write(f.ws.join("node_modules/eslint/bin/eslint.js"), "//\n").unwrap();
+    fs::create_dir_all(f.ws.join("node_modules/.bin")).unwrap();
+    symlink(
+        "../eslint/bin/eslint.js",
+        f.ws.join("node_modules/.bin/eslint"),
+    )
+    .unwrap();
+    f
+}
+
+#[test]
+fn with_a_hooks_path_package_bins_are_protected_but_never_held() {
+    let f = husky_fixture();
+    let p = protected(&f);
+    assert!(p.relative().contains(&"node_modules/.bin".to_string()));
+    assert!(!p.existing().contains(&f.ws.join("node_modules/.bin")));
+}
+
+#[test]
+fn a_package_manager_s_links_stand_and_a_planted_program_goes() {
+    let f = husky_fixture();
+    let snap = protected(&f).snapshot();
+    // What `npm install` does: new links into packages, one removed.
+    fs::create_dir_all(f.ws.join("node_modules/prettier")).unwrap();
+    fs::write(f.ws.join("node_modules/prettier/cli.js"), "//\n").unwrap();
+    symlink(
+        "../prettier/cli.js",
+        f.ws.join("node_modules/.bin/prettier"),
+    )
+    .unwrap();
+    fs::remove_file(f.ws.join("node_modules/.bin/eslint")).unwrap();
+    // What an attacker does: a script, and a link out of the packages.
+    fs::write(
+        f.ws.join("node_modules/.bin/lint-staged"),
+        "#!/bin/sh\nevil\n",
+    )
+    .unwrap();
+    symlink("../../.git/x", f.ws.join("node_modules/.bin/tsc")).unwrap();
+    let undone = snap.restore(&f.quarantine);
+    assert_eq!(
+        find(&undone, "node_modules/.bin/lint-staged").action,
+        "removed"
+    );
+    assert_eq!(find(&undone, "node_modules/.bin/tsc").action, "removed");
+    assert!(
+        f.ws.join("node_modules/.bin/prettier")
+            .symlink_metadata()
+            .is_ok()
+    );
+    assert!(!f.ws.join("node_modules/.bin/eslint").exists());
+    assert_eq!(undone.len(), 2, "{undone:?}");
+    assert_kept(&f, &undone);
+}
+
+#[test]
+fn a_first_npm_install_keeps_its_links() {
+    let f = husky_fixture();
+    fs::remove_dir_all(f.ws.join("node_modules")).unwrap();
+    let snap = protected(&f).snapshot();
+    fs::create_dir_all(f.ws.join("node_modules/eslint/bin")).unwrap();
+    fs::create_dir_all(f.ws.join("node_modules/.bin")).unwrap();
+    symlink(
+        "../eslint/bin/eslint.js",
+        f.ws.join("node_modules/.bin/eslint"),
+    )
+    .unwrap();
+    fs::write(f.ws.join("node_modules/.bin/evil"), "#!/bin/sh\n").unwrap();
+    let undone = snap.restore(&f.quarantine);
+    assert_eq!(find(&undone, "node_modules/.bin/evil").action, "removed");
+    assert_eq!(undone.len(), 1, "{undone:?}");
+    assert!(
+        f.ws.join("node_modules/.bin/eslint")
+            .symlink_metadata()
+            .is_ok()
+    );
+}

@@ -72,7 +72,9 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
     policy.cache_dir = Some(state.caches_dir());
     // Commands can neither read nor write Toolyard's state; the runner writes its spill files
     // and moves what a command did to protected paths into the quarantine.
-    policy.state_dir = Some(state.path().to_path_buf());
+    // Every workspace's state, not only this one's: a command of a workspace at `~` would
+    // otherwise reach the journals of all the others.
+    policy.state_dir = Some(state.tree().to_path_buf());
     policy.runner_write = vec![state.outputs_dir(), state.quarantine_dir()];
     policy.command_read = vec![state.outputs_dir()];
     // The protected paths that exist now are held read-only; git's own config files stay

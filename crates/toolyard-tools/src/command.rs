@@ -298,16 +298,19 @@ impl CommandEnv {
         }));
         // What the command does to protected paths is undone once it has ended (with its
         // whole process tree), and said: a planted git hook never runs.
+        // Against the state of the workspace Toolyard accepted, held while the command runs.
         let protected = self.protected.clone();
-        let before = tokio::task::spawn_blocking(move || protected.snapshot())
+        let quarantine = self.env.state.quarantine_dir();
+        let dir = quarantine.clone();
+        let (before, hold) = tokio::task::spawn_blocking(move || protected.begin(&dir))
             .await
             .map_err(|e| ToolError::Io(format!("checking the protected paths: {e}")))?;
         let result = toolyard_exec::run_or_answer(req).await;
-        let quarantine = self.env.state.quarantine_dir();
         let finished = match result {
             Ok(Ran::Running(running)) => {
                 let on_end: Box<dyn FnOnce() + Send> = Box::new(move || {
                     let undone = before.restore(&quarantine);
+                    drop(hold);
                     if !undone.is_empty() {
                         tracing::warn!(
                             changes = undone.len(),
@@ -327,9 +330,13 @@ impl CommandEnv {
             Ok(Ran::Finished(outcome)) => Ok(outcome),
             Err(e) => Err(e),
         };
-        let undone = tokio::task::spawn_blocking(move || before.restore(&quarantine))
-            .await
-            .map_err(|e| ToolError::Io(format!("restoring the protected paths: {e}")))?;
+        let undone = tokio::task::spawn_blocking(move || {
+            let undone = before.restore(&quarantine);
+            drop(hold);
+            undone
+        })
+        .await
+        .map_err(|e| ToolError::Io(format!("restoring the protected paths: {e}")))?;
         let mut outcome = finished?;
         if !undone.is_empty() {
             tracing::warn!(

@@ -247,13 +247,16 @@ pub(crate) async fn spawn(
     tty: bool,
     timeout: Option<Duration>,
 ) -> Result<Arc<BgProcess>, ToolError> {
+    // Held for the process's whole life: the workspace is not at rest while it runs.
     let protected = commands.protected.clone();
-    let before = tokio::task::spawn_blocking(move || protected.snapshot())
+    let quarantine = commands.env.state.quarantine_dir();
+    let kept = quarantine.clone();
+    let (before, hold) = tokio::task::spawn_blocking(move || protected.begin(&kept))
         .await
         .map_err(|e| ToolError::Io(format!("checking the protected paths: {e}")))?;
-    let quarantine = commands.env.state.quarantine_dir();
     let on_end: Box<dyn FnOnce() + Send> = Box::new(move || {
         let undone = before.restore(&quarantine);
+        drop(hold);
         if !undone.is_empty() {
             tracing::warn!(
                 changes = undone.len(),
@@ -763,14 +766,19 @@ impl TypedTool for ShellTool {
                 .with_data(json!({"process_id": sh.id, "restarted": true})));
         }
         let protected = self.commands.protected.clone();
-        let before = tokio::task::spawn_blocking(move || protected.snapshot())
+        let quarantine = self.commands.env.state.quarantine_dir();
+        let dir = quarantine.clone();
+        let (before, hold) = tokio::task::spawn_blocking(move || protected.begin(&dir))
             .await
             .map_err(|e| ToolError::Io(format!("checking the protected paths: {e}")))?;
         let result = run_in_shell(&sh, &command, ctx, note).await;
-        let quarantine = self.commands.env.state.quarantine_dir();
-        let undone = tokio::task::spawn_blocking(move || before.restore(&quarantine))
-            .await
-            .map_err(|e| ToolError::Io(format!("restoring the protected paths: {e}")))?;
+        let undone = tokio::task::spawn_blocking(move || {
+            let undone = before.restore(&quarantine);
+            drop(hold);
+            undone
+        })
+        .await
+        .map_err(|e| ToolError::Io(format!("restoring the protected paths: {e}")))?;
         let mut result = result?;
         if !undone.is_empty() {
             result

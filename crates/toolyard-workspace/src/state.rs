@@ -94,6 +94,12 @@ impl StateDir {
         }
     }
 
+    /// The directory holding every workspace's state (this one's own when set explicitly):
+    /// what commands may never reach.
+    pub fn tree(&self) -> &Path {
+        &self.tree
+    }
+
     /// The directory itself.
     pub fn path(&self) -> &Path {
         &self.path

@@ -243,11 +243,15 @@ fn squat_then_call(e: &Env) {
     let Some((key, hosts)) = e.key_of_a_host_that_left() else {
         return;
     };
-    std::fs::write(e.ws.join("squat.py"), SQUAT).unwrap();
-    let (loot, status) = (e.ws.join("loot.txt"), e.ws.join("squat-status.txt"));
+    // In a directory of its own: a workspace holding the state (a served home) lets commands
+    // make nothing new directly in its root.
+    let scratch = e.ws.join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(scratch.join("squat.py"), SQUAT).unwrap();
+    let (loot, status) = (scratch.join("loot.txt"), scratch.join("squat-status.txt"));
     let sock = hosts.join(format!("{key}.sock"));
     let cmd = format!(
-        "exec python3 squat.py {key} '{}' '{}' '{}' 40",
+        "exec python3 scratch/squat.py {key} '{}' '{}' '{}' 40",
         sock.display(),
         loot.display(),
         status.display()
@@ -293,8 +297,8 @@ fn r02_a_command_cannot_stand_in_for_a_session_host() {
     squat_then_call(&env());
 }
 
-/// The state directory inside the workspace (serving a home): a command can write `hosts/`
-/// there, so it can plant a socket; the client's check of its peer still refuses it.
+/// The state directory inside the workspace (serving a home): no command may write `hosts/`
+/// there, and were a socket planted, the client's check of its peer would still refuse it.
 #[test]
 fn r02_a_planted_host_socket_is_refused_by_the_client_too() {
     squat_then_call(&env_with(true));
@@ -1064,5 +1068,144 @@ fn l1_overlapping_occurrences_are_not_unique() {
     assert_eq!(
         std::fs::read_to_string(e.ws.join("list.md")).unwrap(),
         "- a\n- a\n- a\n"
+    );
+}
+
+// ---- The gaps left after the first pass: state, paths made later, package programs --------
+
+#[test]
+fn r03b_no_command_reaches_the_state_a_served_home_holds() {
+    let e = env_with(true);
+    std::fs::create_dir_all(e.ws.join("proj")).unwrap();
+    std::fs::write(e.ws.join("notes.txt"), "mine\n").unwrap();
+    // A first call makes this workspace's state; another workspace's lies beside it.
+    let o = e.call(
+        "m",
+        "run_command",
+        &json!({"command": "echo built > proj/out.txt && echo more >> notes.txt && echo OK"}),
+        &[],
+    );
+    assert!(text(&o).contains("OK"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("proj/out.txt")).unwrap(),
+        "built\n"
+    );
+    let other = e.state.join("workspaces/other-0123456789abcdef");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("state.db"), "another project's journal").unwrap();
+    let attack = "for f in .state/workspaces/*/state.db; do cat \"$f\" > /dev/null && echo READ; \
+                  echo x >> \"$f\" && echo WROTE; done; \
+                  echo x > .state/planted && echo PLANTED; rm -rf .state/workspaces && echo REMOVED; \
+                  echo done";
+    let o = e.call("m", "run_command", &json!({ "command": attack }), &[]);
+    let out = text(&o);
+    assert!(out.contains("done"), "{out}");
+    // Names stay listable (Landlock's listing right is inherited), contents never.
+    for word in ["READ", "WROTE", "PLANTED", "REMOVED"] {
+        assert!(!out.contains(word), "{word}: {out}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(other.join("state.db")).unwrap(),
+        "another project's journal"
+    );
+    assert!(!e.state.join("planted").exists());
+    assert!(
+        std::fs::read_dir(e.state.join("workspaces"))
+            .unwrap()
+            .count()
+            >= 2
+    );
+}
+
+#[test]
+fn r05b_a_hooks_dir_made_by_a_command_never_comes_back_from_an_overlap() {
+    let e = env();
+    let marker = repo_with_marker(&e);
+    // No hooks directory when the runners start: nothing to hold read-only, so it is watched.
+    std::fs::remove_dir_all(e.ws.join(".git/hooks")).unwrap();
+    let plant = format!(
+        "mkdir -p .git/hooks; printf '#!/bin/sh\\ntouch {}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; sleep 2",
+        marker.display()
+    );
+    let o = e.call(
+        "m",
+        "run_command",
+        &json!({"command": plant, "background": true}),
+        &[],
+    );
+    let bg = text(&o);
+    if bg.contains("background processes need a PID namespace per command") {
+        eprintln!("SKIPPED: no background processes on this system, so no overlap to play");
+        return;
+    }
+    // Started while the plant stands, in another lane's runner.
+    let o = e.call(
+        "m",
+        "run_command_isolated",
+        &json!({"command": "sleep 4; echo slept"}),
+        &[],
+    );
+    assert!(text(&o).contains("slept"), "{}", text(&o));
+    std::thread::sleep(Duration::from_secs(1));
+    let _ = e.call("m", "process_list", &json!({}), &[]);
+    let _ = user_git(&e, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    assert!(
+        !marker.exists(),
+        "a planted hook ran outside the sandbox: {bg}"
+    );
+    assert!(!e.ws.join(".git/hooks/pre-commit").exists());
+}
+
+#[test]
+fn r13b_a_program_planted_in_node_modules_bin_never_runs_from_a_husky_hook() {
+    let e = env();
+    let marker = repo_with_marker(&e);
+    std::fs::create_dir_all(e.ws.join(".husky/_")).unwrap();
+    // husky v9's runner: the packages' programs first on PATH.
+    std::fs::write(
+        e.ws.join(".husky/_/h"),
+        "#!/bin/sh\nexport PATH=\"node_modules/.bin:$PATH\"\nsh -e \".husky/$(basename \"$0\")\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        e.ws.join(".husky/_/pre-commit"),
+        "#!/bin/sh\n. \"$(dirname \"$0\")/h\"\n",
+    )
+    .unwrap();
+    std::fs::write(e.ws.join(".husky/pre-commit"), "lint-staged || true\n").unwrap();
+    for f in [".husky/_/h", ".husky/_/pre-commit"] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(e.ws.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    assert!(
+        user_git(&e, &["config", "core.hooksPath", ".husky/_"])
+            .status
+            .success()
+    );
+    // What npm does stays: a package and its link.
+    let install = format!(
+        "mkdir -p node_modules/prettier node_modules/.bin && echo '//' > node_modules/prettier/cli.js \
+         && ln -s ../prettier/cli.js node_modules/.bin/prettier \
+         && printf '#!/bin/sh\\ntouch {}\\n' > node_modules/.bin/lint-staged \
+         && chmod +x node_modules/.bin/lint-staged; echo installed",
+        marker.display()
+    );
+    let o = e.call("m", "run_command", &json!({ "command": install }), &[]);
+    let out = text(&o);
+    assert!(out.contains("installed"), "{out}");
+    assert!(
+        e.ws.join("node_modules/.bin/prettier")
+            .symlink_metadata()
+            .is_ok(),
+        "a package manager's link was undone: {out}"
+    );
+    assert!(
+        user_git(&e, &["commit", "-q", "--allow-empty", "-m", "x"])
+            .status
+            .success()
+    );
+    assert!(
+        !marker.exists(),
+        "a program planted in node_modules/.bin ran from a husky hook: {out}"
     );
 }

@@ -24,6 +24,8 @@ pub struct LaneRules {
     pub protected: Vec<PathBuf>,
     /// Whether the lane has no network (no-net isolated by a namespace or seccomp).
     pub offline: bool,
+    /// Toolyard's state tree, out of every command's reach.
+    pub state: Option<PathBuf>,
 }
 
 static RULES: OnceLock<LaneRules> = OnceLock::new();
@@ -92,7 +94,9 @@ pub fn explain_with(rules: &LaneRules, output: &str, cwd: &Path) -> Option<Strin
             // The path named nearest before the cause first, then a few lines above it
             // (cargo's "Caused by:" chain).
             let above = &lines[i.saturating_sub(CONTEXT_LINES)..i];
-            let nearest = paths_in(&line[..at], cwd).into_iter().rev();
+            let named = paths_in(&line[..at], cwd);
+            let bare = named.is_empty();
+            let nearest = named.into_iter().rev();
             let earlier = above
                 .iter()
                 .rev()
@@ -103,6 +107,9 @@ pub fn explain_with(rules: &LaneRules, output: &str, cwd: &Path) -> Option<Strin
                         "[sandbox: {} is a protected path, read-only for commands: code there (git hooks, editor and agent configuration, shell start-up files) runs outside the sandbox; leave it alone, or tell the user what to change there and why]",
                         held.display()
                     ));
+                }
+                if let Some(note) = state_note(rules, &path) {
+                    return Some(note);
                 }
                 if let Some(denied) = rules.denied.iter().find(|d| path.starts_with(d)) {
                     return Some(format!(
@@ -119,6 +126,11 @@ pub fn explain_with(rules: &LaneRules, output: &str, cwd: &Path) -> Option<Strin
                     ));
                 }
             }
+            // A bare name (`touch: cannot touch 'new.txt'`) made in a directory on the way to
+            // the state.
+            if bare && let Some(note) = state_note(rules, &cwd.join("new")) {
+                return Some(note);
+            }
         }
         if rules.offline && NET_REFUSALS.iter().any(|m| line.contains(m)) {
             return Some(format!(
@@ -128,6 +140,29 @@ pub fn explain_with(rules: &LaneRules, output: &str, cwd: &Path) -> Option<Strin
         }
     }
     None
+}
+
+/// The note for `path` when Toolyard's state is why it was refused: it lies in the state, or
+/// directly in a directory on the way to it inside a writable tree (a served home), where
+/// nothing new can be made.
+fn state_note(rules: &LaneRules, path: &Path) -> Option<String> {
+    let state = rules.state.as_ref()?;
+    if path.starts_with(state) {
+        return Some(format!(
+            "[sandbox: {} is Toolyard's own state (journal, read ledger, saved outputs), out of every command's reach; use the tools (log, undo, read_file of output:<id>) instead]",
+            state.display()
+        ));
+    }
+    let parent = path.parent()?;
+    let on_the_way =
+        state.starts_with(parent) && rules.writable.iter().any(|w| parent.starts_with(w));
+    on_the_way.then(|| {
+        format!(
+            "[sandbox: nothing new can be made directly in {}: the workspace holds Toolyard's state ({}), which commands may not reach, so the directories on the way to it take no new entries (existing files and subdirectories stay writable); make it in a subdirectory, or serve a project directory instead of one that holds the state]",
+            parent.display(),
+            state.display()
+        )
+    })
 }
 
 /// Device files (`/dev/...`) are opened by many tools and refused for reasons of their own.
@@ -198,6 +233,7 @@ mod tests {
             denied: vec!["/home/u/.ssh".into()],
             protected: vec!["/work/ws/.git/hooks".into()],
             offline,
+            state: None,
         }
     }
 
@@ -219,6 +255,26 @@ mod tests {
             note.contains("net lane") && note.contains("extra_write"),
             "{note}"
         );
+    }
+
+    #[test]
+    fn a_served_home_names_its_state_and_the_directories_on_the_way() {
+        let home = LaneRules {
+            writable: vec!["/home/u".into()],
+            state: Some("/home/u/.local/state/toolyard".into()),
+            ..rules(false)
+        };
+        let out = "touch: cannot touch 'new.txt': Permission denied\n";
+        let note = explain_with(&home, out, Path::new("/home/u")).unwrap_or_default();
+        assert!(
+            note.contains("nothing new can be made directly in /home/u"),
+            "{note}"
+        );
+        let out = "cat: .local/state/toolyard/workspaces/x/state.db: Permission denied\n";
+        let note = explain_with(&home, out, Path::new("/home/u")).unwrap_or_default();
+        assert!(note.contains("Toolyard's own state"), "{note}");
+        let out = "touch: cannot touch 'proj/ro.txt': Permission denied\n";
+        assert_eq!(explain_with(&home, out, Path::new("/home/u")), None);
     }
 
     #[test]

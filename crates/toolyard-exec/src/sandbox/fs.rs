@@ -160,14 +160,33 @@ fn ruleset(writable: &[PathBuf], denied: &[PathBuf]) -> Result<RulesetCreated, S
             .add_rule(PathBeneath::new(fd, access))
             .map_err(err)?;
     }
+    // A writable tree holding a denied one (a workspace at `~` holds Toolyard's state) is
+    // granted piece by piece around it, as `/` is for reading: the directories split on the
+    // way only list, so nothing new can be made directly in them.
     for path in writable {
-        let fd = PathFd::new(path).map_err(|e| SandboxError::Path {
+        PathFd::new(path).map_err(|e| SandboxError::Path {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        ruleset = ruleset
-            .add_rule(PathBeneath::new(fd, writable_access))
-            .map_err(err)?;
+        let (mut pieces, mut split) = (Vec::new(), Vec::new());
+        split_readable(path, denied, &mut pieces, &mut split);
+        for dir in &split {
+            let Ok(fd) = PathFd::new(dir) else { continue };
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(fd, AccessFs::ReadDir))
+                .map_err(err)?;
+        }
+        for piece in &pieces {
+            let Ok(fd) = PathFd::new(piece) else { continue };
+            let access = if piece.is_dir() {
+                writable_access
+            } else {
+                writable_access & AccessFs::from_file(ABI_WANTED)
+            };
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(err)?;
+        }
     }
     for dev in WRITABLE_DEVICES {
         let path = Path::new(dev);

@@ -170,8 +170,8 @@ pub struct LanePolicy {
     /// Where the private homes of build tools live (writable, shared by the workspace's lanes;
     /// `None`: tools keep the user's own homes, read-only).
     pub cache_dir: Option<PathBuf>,
-    /// Toolyard's own state directory: commands may neither read nor write it (but the temp
-    /// dir and the caches within it).
+    /// Toolyard's state (the tree of every workspace's state): commands may neither read nor
+    /// write it, also when the workspace holds it (but the temp dir and the caches within it).
     pub state_dir: Option<PathBuf>,
     /// Trees the runner itself writes and its commands may not (saved outputs, quarantine).
     pub runner_write: Vec<PathBuf>,
@@ -537,9 +537,8 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
     }
 
     let mut command_denied = denied.clone();
-    if let Some(state) = &policy.state_dir {
-        command_denied.push(existing_dir(state)?);
-    }
+    let state_tree = policy.state_dir.as_deref().map(existing_dir).transpose()?;
+    command_denied.extend(state_tree.clone());
     let command_readable: Vec<PathBuf> = policy
         .command_read
         .iter()
@@ -643,6 +642,7 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
         denied,
         protected: held,
         offline,
+        state: state_tree,
     });
     tracing::info!(lane = %policy.lane, "sandbox applied\n{report}");
     Ok(report)

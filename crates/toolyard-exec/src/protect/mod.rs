@@ -37,7 +37,12 @@ use nix::fcntl::{OFlag, openat, readlinkat, renameat};
 use nix::sys::stat::{FileStat, Mode, fchmod, fstat, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
+use serde::{Deserialize, Serialize};
+
 use crate::sandbox::SandboxConfig;
+
+mod accepted;
+pub use accepted::Hold;
 
 /// Workspace-relative paths protected by default: what git, editors, coding agents and shells
 /// run or load from a workspace (shell start-up files matter when the workspace is a home).
@@ -79,6 +84,12 @@ pub const DEFAULT_PROTECTED: &[&str] = &[
 /// Paths beneath a protected one that Toolyard's own tools write (artifacts are data, not
 /// code): neither snapshotted nor restored, and left writable for the file tools.
 pub const UNPROTECTED: &[&str] = &[".toolyard/artifacts"];
+
+/// The programs of a project's npm packages: protected when a hooks path is set (husky runs
+/// hooks with it first on `PATH`), but never held read-only, since package managers write it.
+/// A link into a package in `node_modules` (what `npm install` makes) is kept; anything else
+/// a command puts there is undone.
+const PACKAGE_BINS: &str = "node_modules/.bin";
 
 /// Protected directories of editors and agents: data-heavy, snapshotted on a budget of their
 /// own after the code-bearing paths.
@@ -224,6 +235,7 @@ impl Protected {
         };
         self.paths
             .iter()
+            .filter(|rel| *rel != PACKAGE_BINS)
             .filter(|rel| {
                 let Some((dir, name)) = walk_parent(root.as_fd(), rel) else {
                     return false;
@@ -253,29 +265,12 @@ impl Protected {
                 };
             }
         };
-        // Editor and agent directories (a home's `.claude/` holds gigabytes of transcripts)
-        // get a budget of their own, so they never crowd out the code-bearing files.
-        let budget = || Budget {
-            bytes: MAX_KEPT_TOTAL,
-            entries: MAX_ENTRIES,
-        };
-        let (mut code, mut bulk) = (budget(), budget());
         // A path held read-only in this runner's mount namespace cannot change here: it is
         // neither recorded nor restored, so the user's own edits to it always stand.
-        let held = crate::sandbox::held_read_only();
-        let entries = self
-            .paths
-            .iter()
-            .filter(|rel| !held.iter().any(|h| self.root.join(rel).starts_with(h)))
-            .map(|rel| {
-                let budget = if BULK.contains(&rel.as_str()) {
-                    &mut bulk
-                } else {
-                    &mut code
-                };
-                (rel.clone(), capture_entry(root.as_fd(), rel, budget))
-            })
-            .collect();
+        let entries = capture_paths(
+            root.as_fd(),
+            self.paths.iter().filter(|rel| !is_held(&self.root, rel)),
+        );
         Snapshot {
             root: self.root.clone(),
             entries,
@@ -286,7 +281,7 @@ impl Protected {
 }
 
 /// The protected paths as they were before a command.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Snapshot {
     root: PathBuf,
     entries: Vec<(String, State)>,
@@ -365,6 +360,10 @@ impl Snapshot {
             if new_repo && (rel == ".git/hooks" || rel == ".git/config") {
                 continue;
             }
+            // Read-only here (another runner took the state): only the user changes it.
+            if is_held(&self.root, rel) {
+                continue;
+            }
             fx.fix_entry(root.as_fd(), rel, before);
         }
         if !self.git_existed {
@@ -387,7 +386,7 @@ impl Snapshot {
 // Snapshot data
 
 /// The file type as far as protection cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum Kind {
     Dir,
     File,
@@ -396,7 +395,7 @@ enum Kind {
 }
 
 /// What identifies a file's version when its bytes were not kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Stamp {
     dev: u64,
     ino: u64,
@@ -419,7 +418,7 @@ impl Stamp {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 enum Node {
     /// A regular file; `bytes` is `None` when it was too large to keep.
     File {
@@ -441,7 +440,7 @@ enum Node {
     },
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 enum State {
     /// The path does not exist: an ancestor or the path itself is missing.
     Absent,
@@ -454,6 +453,42 @@ enum State {
 struct Budget {
     bytes: u64,
     entries: usize,
+}
+
+impl Budget {
+    /// What one snapshot may keep of one kind of path.
+    fn fresh() -> Self {
+        Self {
+            bytes: MAX_KEPT_TOTAL,
+            entries: MAX_ENTRIES,
+        }
+    }
+}
+
+/// Whether `rel` is (beneath) a path held read-only in this runner's mount namespace.
+fn is_held(root: &Path, rel: &str) -> bool {
+    let path = root.join(rel);
+    crate::sandbox::held_read_only()
+        .iter()
+        .any(|h| path.starts_with(h))
+}
+
+/// The states of `rels`. Editor and agent directories (a home's `.claude/` holds gigabytes of
+/// transcripts) get a budget of their own, so they never crowd out the code-bearing files.
+fn capture_paths<'a>(
+    root: BorrowedFd<'_>,
+    rels: impl Iterator<Item = &'a String>,
+) -> Vec<(String, State)> {
+    let (mut code, mut bulk) = (Budget::fresh(), Budget::fresh());
+    rels.map(|rel| {
+        let budget = if BULK.contains(&rel.as_str()) {
+            &mut bulk
+        } else {
+            &mut code
+        };
+        (rel.clone(), capture_entry(root, rel, budget))
+    })
+    .collect()
 }
 
 fn capture_entry(root: BorrowedFd<'_>, rel: &str, budget: &mut Budget) -> State {
@@ -726,8 +761,27 @@ impl Fixer {
     /// Make `name` in `dir` what `before` recorded (`None`: it did not exist).
     fn fix(&mut self, dir: BorrowedFd<'_>, name: &OsStr, rel: &str, before: Option<&Node>) {
         let now = lstat_at(dir, name);
+        if rel
+            .strip_prefix(PACKAGE_BINS)
+            .is_some_and(|r| r.starts_with('/'))
+            && package_link_change(dir, name, before, now.as_ref())
+        {
+            return;
+        }
         match (before, now) {
             (None, None) => {}
+            // A package manager made the directory: keep its links, check the rest.
+            (None, Some(st)) if rel == PACKAGE_BINS && kind(&st) == Kind::Dir => {
+                match open_dir_at(dir, name) {
+                    Ok(sub) => {
+                        for child in list_dir(sub.as_fd()).unwrap_or_default() {
+                            let child_rel = join_rel(rel, &child.to_string_lossy());
+                            self.fix(sub.as_fd(), &child, &child_rel, None);
+                        }
+                    }
+                    Err(e) => self.push(rel, "could not check", format!("cannot open it: {e}")),
+                }
+            }
             // Toolyard's own artifact tools make `.toolyard/artifacts`: a `.toolyard` made
             // meanwhile keeps that, and loses the rest.
             (None, Some(st)) if kind(&st) == Kind::Dir && holds_unprotected(rel) => {
@@ -1093,6 +1147,43 @@ impl Fixer {
 // ---------------------------------------------------------------------------------------------
 // Git config
 
+/// Whether the change at `name` in `node_modules/.bin` is a package manager's: a link made or
+/// changed to point into a package in `node_modules`, or a link removed.
+fn package_link_change(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    before: Option<&Node>,
+    now: Option<&FileStat>,
+) -> bool {
+    match now {
+        None => matches!(before, Some(Node::Link { .. })),
+        Some(st) if kind(st) == Kind::Link => {
+            readlinkat(dir, name).is_ok_and(|target| links_into_a_package(Path::new(&target)))
+        }
+        Some(_) => false,
+    }
+}
+
+/// Whether `target`, a link's target in `node_modules/.bin`, stays in `node_modules` (and out
+/// of `.bin`) as written: relative, never climbing out on the way.
+fn links_into_a_package(target: &Path) -> bool {
+    let mut at: Vec<&OsStr> = vec![OsStr::new("node_modules"), OsStr::new(".bin")];
+    for comp in target.components() {
+        match comp {
+            Component::Normal(name) => at.push(name),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                at.pop();
+                if at.is_empty() {
+                    return false;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    at.len() > 2 && at[1] != ".bin"
+}
+
 /// The first key of git config `bytes` that makes git run a program, if any (read by git
 /// itself, without includes, system or global config).
 fn runs_program(bytes: &[u8]) -> Result<Option<String>, String> {
@@ -1194,6 +1285,8 @@ fn config_programs(root: &Path, gitdir: &Path, config: &Path) -> Vec<String> {
     for (key, value) in entries {
         let lower = key.to_ascii_lowercase();
         let path = if lower == "core.hookspath" {
+            // Hook managers (husky) put the packages' programs first on the hooks' PATH.
+            found.push(PACKAGE_BINS.to_string());
             // Relative to the working tree, where hooks run.
             Some(root.join(value.trim()))
         } else if lower == "include.path"
@@ -1534,6 +1627,28 @@ fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn package_links_stay_in_node_modules() {
+        for ok in [
+            "../eslint/bin/eslint.js",
+            "./../a/b",
+            "../@scope/pkg/cli.js",
+        ] {
+            assert!(links_into_a_package(Path::new(ok)), "{ok}");
+        }
+        for bad in [
+            "../../.git/hooks/x",
+            "/usr/bin/sh",
+            "evil.sh",
+            "../.bin/x",
+            "../..",
+            "../../node_modules/x/../../../y",
+            "..",
+        ] {
+            assert!(!links_into_a_package(Path::new(bad)), "{bad}");
+        }
+    }
 
     #[test]
     fn normalize_refuses_escapes() {
