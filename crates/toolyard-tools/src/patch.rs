@@ -690,6 +690,14 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Patc
                 ));
             }
             Seek::Missing => {
+                if let Some(at) = already_applied(&lines, chunk) {
+                    return Err(ToolError::Conflict(format!(
+                        "This patch is already applied to {path}: {which}'s new lines stand at \
+                         line {} and its removed lines are gone, so nothing was changed. Read the \
+                         file to see it as it is, and send only what still has to change.",
+                        at + 1
+                    )));
+                }
                 let mut msg = format!(
                     "Failed to find expected lines in {path}:\n{}\n\n{}",
                     chunk.old_lines().join("\n"),
@@ -730,6 +738,20 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Patc
         regions,
         notes,
     })
+}
+
+/// Where `chunk`'s result already stands in `lines` (0-based), when its old lines are not
+/// there but its new lines are: the patch was applied before.
+fn already_applied(lines: &[String], chunk: &Chunk) -> Option<usize> {
+    let (old, new) = (chunk.old_lines(), chunk.new_lines());
+    if new.is_empty() || old == new || new.iter().all(|l| l.trim().is_empty()) {
+        return None;
+    }
+    match seek(lines, &new, 0, chunk.end_of_file, false) {
+        Seek::At(i, _) => Some(i),
+        Seek::Ambiguous(places) => places.first().map(|&(i, _)| i),
+        Seek::Missing => None,
+    }
 }
 
 /// `ops` without the final empty old line (and the final empty new line, if the new lines end
@@ -1161,7 +1183,10 @@ pub fn plan(env: &ToolEnv, cwd: &Path, hunks: &[Hunk]) -> Result<Plan, ToolError
         match (before, after) {
             (before, Entry::File(bytes)) => {
                 let expect = match before {
-                    Entry::File(b) => Expect::Hash(hash_bytes(b)),
+                    Entry::File(b) => {
+                        crate::files::omission::check(rel.as_str(), b, bytes)?;
+                        Expect::Hash(hash_bytes(b))
+                    }
                     _ => Expect::Missing,
                 };
                 writes.push((rel.clone(), bytes.clone(), expect));

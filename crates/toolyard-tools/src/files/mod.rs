@@ -6,6 +6,7 @@
 //! takes the new content as this session's view.
 
 mod edit;
+pub(crate) mod omission;
 mod read;
 mod write;
 
