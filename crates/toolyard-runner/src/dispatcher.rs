@@ -120,6 +120,8 @@ pub struct Dispatcher {
     router: Option<Arc<Router>>,
     hooks: Hooks,
     calls: AtomicU64,
+    /// Identical failed calls per session, to say when a model repeats one.
+    repeats: crate::repeats::Repeats,
 }
 
 impl Dispatcher {
@@ -233,6 +235,7 @@ impl Dispatcher {
             router,
             hooks,
             calls: AtomicU64::new(0),
+            repeats: Default::default(),
         })
     }
 
@@ -349,6 +352,13 @@ impl Dispatcher {
     /// Run one call through the layers of [`crate::layers`], then the hooks around its
     /// execution. Every failure, an unknown tool or a timeout included, is a result.
     pub async fn call(&self, req: CallRequest) -> ToolResult {
+        let (session, tool, args) = (req.session.clone(), req.tool.clone(), req.args.clone());
+        let mut result = self.call_once(req).await;
+        self.repeats.note(&session, &tool, &args, &mut result);
+        result
+    }
+
+    async fn call_once(&self, req: CallRequest) -> ToolResult {
         let (entry, limit) = match self.admit(&req) {
             Ok(admitted) => admitted,
             Err(e) => return e.into(),
@@ -427,16 +437,20 @@ impl Dispatcher {
         if !self.is_prompt(&req.tool, req.args.as_object(), true) {
             return runtime.block_on(self.call(req));
         }
-        let (entry, limit) = match self.admit(&req) {
-            Ok(admitted) => admitted,
-            Err(e) => return e.into(),
+        let (session, tool, call_args) = (req.session.clone(), req.tool.clone(), req.args.clone());
+        let mut result = match self.admit(&req) {
+            Ok((entry, limit)) => {
+                let call_id = self.next_call_id();
+                let spec = self.spec(entry.engine);
+                let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
+                let bound = backstop(&ctx, limit);
+                let run = async { entry.tool.invoke_checked(args, &ctx).await.into() };
+                on_blocking_thread(|| runtime.block_on(settle(run, &ctx.cancel, bound)))
+            }
+            Err(e) => e.into(),
         };
-        let call_id = self.next_call_id();
-        let spec = self.spec(entry.engine);
-        let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
-        let bound = backstop(&ctx, limit);
-        let run = async { entry.tool.invoke_checked(args, &ctx).await.into() };
-        on_blocking_thread(|| runtime.block_on(settle(run, &ctx.cancel, bound)))
+        self.repeats.note(&session, &tool, &call_args, &mut result);
+        result
     }
 
     /// A fresh call id: this process's id and a counter.

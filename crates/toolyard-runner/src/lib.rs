@@ -15,6 +15,7 @@ pub mod process;
 pub mod protocol;
 mod remote;
 pub mod remote_kube;
+mod repeats;
 pub mod router;
 
 pub use check::check_catalog;

@@ -1403,7 +1403,6 @@ impl EditFile {
             count += reps.len();
             next = edited;
         }
-        super::omission::check(rel.as_str(), &content, &next)?;
         let out = commit_write(&self.env, ctx, "edit_file", &rel, &next, &expect).await?;
         let lines: Vec<usize> = regions.iter().map(|&(o, _)| line_of(&next, o)).collect();
         let text = describe(rel.as_str(), &next, ops.len(), count, &regions, &notes);

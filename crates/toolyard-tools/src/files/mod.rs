@@ -235,6 +235,17 @@ pub async fn commit_write(
     bytes: &[u8],
     expect: &Expect,
 ) -> Result<WriteOutcome, ToolError> {
+    // Every edit and write tool of every dialect comes through here (a patch checks its
+    // files before writing any): refuse a placeholder that would delete code.
+    if !matches!(expect, Expect::Missing) && bytes.len() <= omission::MAX_CHECKED {
+        let small = env
+            .workspace
+            .metadata(rel)?
+            .is_some_and(|m| m.is_file() && m.len() <= omission::MAX_CHECKED as u64);
+        if small {
+            omission::check(rel.as_str(), &env.workspace.read(rel)?, bytes)?;
+        }
+    }
     commit_write_in(env, ctx, tool, rel, bytes, expect, None)
         .await
         .map(|(outcome, _)| outcome)

@@ -27,6 +27,8 @@ const PHRASES: &[&str] = &[
     "keep existing",
     "no changes",
 ];
+/// The largest old or new content checked (larger files are data, not code being edited).
+pub(crate) const MAX_CHECKED: usize = 4 << 20;
 /// Lines of code the change must remove before a placeholder counts as standing for them.
 const MIN_REMOVED: usize = 2;
 

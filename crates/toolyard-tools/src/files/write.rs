@@ -63,9 +63,6 @@ impl TypedTool for WriteFile {
             }
             Err(e) => return Err(e),
         };
-        if current.is_some() {
-            super::omission::check(rel.as_str(), &ws.read(&rel)?, args.content.as_bytes())?;
-        }
         let out = commit_write(
             &self.env,
             ctx,
