@@ -94,7 +94,11 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
                 .is_some_and(|n| n == "config" || n == "config.worktree")
         })
         .collect();
-    policy.keep_writable = protect::UNPROTECTED.iter().map(|u| root.join(u)).collect();
+    policy.keep_writable = protect::UNPROTECTED
+        .iter()
+        .chain(protect::WATCHED)
+        .map(|u| root.join(u))
+        .collect();
     policy.config = config;
     policy.limits = lanes.limits(args.lane);
     let slots = policy.limits.slots();

@@ -1209,3 +1209,66 @@ fn r13b_a_program_planted_in_node_modules_bin_never_runs_from_a_husky_hook() {
         "a program planted in node_modules/.bin ran from a husky hook: {out}"
     );
 }
+
+/// husky v9's install, as its `prepare` script runs it on every `npm install`.
+const HUSKY_INSTALL: &str = "git config core.hooksPath .husky/_ && rm -f .husky/_/husky.sh \
+    && mkdir -p .husky/_ && printf '*' > .husky/_/.gitignore \
+    && printf '%s\\n' '#!/usr/bin/env sh' '. \"${0%/*}/h\"' > .husky/_/pre-commit \
+    && chmod 755 .husky/_/pre-commit \
+    && printf '%s\\n' '#!/usr/bin/env sh' 'sh -e \".husky/$(basename \"$0\")\"' > .husky/_/h \
+    && chmod 755 .husky/_/h && echo INSTALLED";
+
+#[test]
+fn a_husky_install_from_a_command_keeps_working() {
+    let e = env();
+    let marker = repo_with_marker(&e);
+    // A fresh clone of a husky project: its hook committed, the generated `.husky/_` not yet.
+    std::fs::create_dir_all(e.ws.join(".husky")).unwrap();
+    std::fs::write(
+        e.ws.join(".husky/pre-commit"),
+        format!("touch {}\n", marker.display()),
+    )
+    .unwrap();
+    // From a command, the first install (the model's `npm install`) succeeds, but installing
+    // hooks is the user's: undone, and said.
+    let o = e.call(
+        "m",
+        "run_command",
+        &json!({ "command": HUSKY_INSTALL }),
+        &[],
+    );
+    let out = text(&o);
+    assert!(out.contains("INSTALLED") && o.status.success(), "{out}");
+    assert!(out.contains("protected"), "{out}");
+    let config = std::fs::read_to_string(e.ws.join(".git/config")).unwrap();
+    assert!(!config.contains("hooksPath"), "{config}");
+    // The user installs the hooks.
+    let o = Command::new("sh")
+        .args(["-c", HUSKY_INSTALL])
+        .current_dir(&e.ws)
+        .env("HOME", &e.home)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let installed = std::fs::read(e.ws.join(".husky/_/h")).unwrap();
+    // Every later install from a command (every `npm install`) succeeds and changes nothing.
+    for _ in 0..2 {
+        let o = e.call(
+            "m",
+            "run_command",
+            &json!({ "command": HUSKY_INSTALL }),
+            &[],
+        );
+        let out = text(&o);
+        assert!(out.contains("INSTALLED") && o.status.success(), "{out}");
+        assert!(!out.contains("Toolyard undid"), "{out}");
+    }
+    assert_eq!(std::fs::read(e.ws.join(".husky/_/h")).unwrap(), installed);
+    // The user's hook still runs on the user's commit.
+    assert!(
+        user_git(&e, &["commit", "-q", "--allow-empty", "-m", "x"])
+            .status
+            .success()
+    );
+    assert!(marker.exists(), "the user's own husky hook did not run");
+}

@@ -91,6 +91,12 @@ pub const UNPROTECTED: &[&str] = &[".toolyard/artifacts"];
 /// a command puts there is undone.
 const PACKAGE_BINS: &str = "node_modules/.bin";
 
+/// Protected paths that installers rewrite alike on every run, so never held read-only (a
+/// held one would fail the install, and with it `npm install`), but checked after each command
+/// and undone when changed: husky's generated hooks (its `prepare` script writes `.husky/_`
+/// on every install) and [`PACKAGE_BINS`]. Watched even beneath a held path.
+pub const WATCHED: &[&str] = &[".husky/_", PACKAGE_BINS];
+
 /// Protected directories of editors and agents: data-heavy, snapshotted on a budget of their
 /// own after the code-bearing paths.
 const BULK: &[&str] = &[
@@ -166,6 +172,9 @@ impl Protected {
                 paths.insert(rel);
             }
         }
+        if paths.contains(".husky") {
+            paths.insert(".husky/_".to_string());
+        }
         let git_config_protected = paths.contains(".git/config");
         // The git directories whose config git reads here.
         let mut gitdirs = vec![root.join(".git")];
@@ -213,7 +222,7 @@ impl Protected {
                 continue;
             }
             // Sorted, so an ancestor comes before what lies beneath it.
-            if kept.iter().any(|k| beneath_or_at(&rel, k)) {
+            if kept.iter().any(|k| beneath_or_at(&rel, k)) && !WATCHED.contains(&rel.as_str()) {
                 continue;
             }
             kept.push(rel);
@@ -235,7 +244,7 @@ impl Protected {
         };
         self.paths
             .iter()
-            .filter(|rel| *rel != PACKAGE_BINS)
+            .filter(|rel| !WATCHED.contains(&rel.as_str()))
             .filter(|rel| {
                 let Some((dir, name)) = walk_parent(root.as_fd(), rel) else {
                     return false;
@@ -465,8 +474,12 @@ impl Budget {
     }
 }
 
-/// Whether `rel` is (beneath) a path held read-only in this runner's mount namespace.
+/// Whether `rel` is (beneath) a path held read-only in this runner's mount namespace (and not
+/// a [`WATCHED`] one, bound writable again beneath it).
 fn is_held(root: &Path, rel: &str) -> bool {
+    if WATCHED.iter().any(|w| beneath_or_at(rel, w)) {
+        return false;
+    }
     let path = root.join(rel);
     crate::sandbox::held_read_only()
         .iter()

@@ -19,6 +19,16 @@ pub(crate) fn hold_read_only(paths: &[PathBuf], writable: &[PathBuf]) -> io::Res
     }
     // Nothing mounted below may propagate back to the namespace we came from.
     mount(None, Path::new("/"), libc::MS_REC | libc::MS_PRIVATE)?;
+    // A writable place beneath a path about to be held is made when missing (its parent must
+    // exist), so an installer's first run (husky writing `.husky/_`) has one.
+    for path in writable {
+        if paths.iter().any(|p| path.starts_with(p))
+            && !path.exists()
+            && let Err(e) = std::fs::create_dir(path)
+        {
+            tracing::debug!(path = %path.display(), error = %e, "no writable place made");
+        }
+    }
     let mut held = Vec::new();
     for path in paths {
         match bind(path, true) {
@@ -29,8 +39,10 @@ pub(crate) fn hold_read_only(paths: &[PathBuf], writable: &[PathBuf]) -> io::Res
         }
     }
     for path in writable {
-        if held.iter().any(|h| path.starts_with(h))
-            && path.exists()
+        if !held.iter().any(|h| path.starts_with(h)) {
+            continue;
+        }
+        if path.exists()
             && let Err(e) = bind(path, false)
         {
             tracing::warn!(path = %path.display(), error = %e, "cannot leave a path writable");
