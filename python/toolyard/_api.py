@@ -322,7 +322,7 @@ class ToolRegistry:
             return ToolResult.failure(f"invalid arguments for {name}: " + "; ".join(problems))
         ctx = ToolContext(workspace=Path(workspace) if workspace is not None else None)
         try:
-            result = await asyncio.wait_for(tool.execute(arguments, ctx), tool.timeout_seconds)
+            result = await _within(tool.execute(arguments, ctx), tool.timeout_seconds)
         except (asyncio.TimeoutError, TimeoutError):
             return ToolResult.failure(f"{name} timed out after {tool.timeout_seconds}s")
         except ToolSafetyViolation as e:
@@ -377,6 +377,16 @@ class ToolRegistry:
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.close)
+
+
+async def _within(coro: Any, seconds: float) -> Any:
+    """`await coro`, cancelled after `seconds` (asyncio.timeout where there is one: unlike
+    wait_for before Python 3.12 it runs the coroutine in this task, without a new one)."""
+    timeout = getattr(asyncio, "timeout", None)
+    if timeout is None:
+        return await asyncio.wait_for(coro, seconds)
+    async with timeout(seconds):
+        return await coro
 
 
 def _get(obj: Any, key: str) -> Any:
