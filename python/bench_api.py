@@ -94,10 +94,10 @@ def main() -> None:
                     await session.call_tool("read_file", args)
                     out.append(time.perf_counter() - s)
                 return out
-        import mcp
+        from importlib.metadata import version
 
-        rows.append((f"official MCP Python SDK `ClientSession.call_tool` (mcp "
-                     f"{getattr(mcp, '__version__', '?')})", asyncio.run(sdk())))
+        rows.append((f"official MCP Python SDK `ClientSession.call_tool` (mcp {version('mcp')})",
+                     asyncio.run(sdk())))
 
     print(f"| path | ms per call, median (p10–p90), {N} calls |")
     print("|---|---|")
