@@ -25,7 +25,12 @@ mkdir -p "$dist"
 rm -f "$dist"/toolyard-*.whl "$dist"/toolyard-*.tgz
 
 # Debug info is for backtraces in a checkout; the packages carry the stripped binary.
-strip -o "$stage/toolyard" "$bin"
+if command -v strip >/dev/null; then
+  strip -o "$stage/toolyard" "$bin"
+else
+  echo "package.sh: no strip (binutils) on PATH; packaging the binary with its debug info" >&2
+  cp "$bin" "$stage/toolyard"
+fi
 chmod 0755 "$stage/toolyard"
 
 python3 python/build_wheel.py --binary "$stage/toolyard" --version "$version" --out "$dist" >/dev/null
