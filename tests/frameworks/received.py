@@ -140,6 +140,8 @@ def problems(requests: list[dict]) -> list[str]:
         elif step == 3:
             need(step, "old_string was not found in notes.txt" in t,
                  "the failed edit's error text", got)
+            # Chat Completions and Responses have no error flag: the text says it.
+            need(step, "Error: old_string" in t, "the error marked as one in the text", got)
         elif step == 4:
             need(step, re.search(r"(^|\n)1\n2\n3\n", t) is not None, "the output's head", got)
             need(step, "29999\n30000" in t, "the output's tail", got)
