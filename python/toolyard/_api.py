@@ -154,10 +154,17 @@ class Engine:
         self.extra_args = list(extra_args or [])
         self.env = env
         self._clients: dict[Path, McpClient] = {}
+        self._definitions: dict[str | None, list[dict]] = {}
         self._lock = threading.Lock()
 
     def definitions(self, profile: str | None = None) -> list[dict]:
-        """The dialect's tools in OpenAI format (`toolyard tools --format openai`)."""
+        """The dialect's tools in OpenAI format (`toolyard tools --format openai`), asked of
+        the binary once per profile."""
+        if profile not in self._definitions:
+            self._definitions[profile] = self._ask_definitions(profile)
+        return self._definitions[profile]
+
+    def _ask_definitions(self, profile: str | None) -> list[dict]:
         argv = [self.binary, "tools", "--dialect", self.dialect, "--format", "openai"]
         if profile:
             argv += ["--profile", profile]
