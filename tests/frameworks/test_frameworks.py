@@ -107,3 +107,18 @@ def test_a_proxy_dropping_the_text_fails_the_checks(framework: str, ws: Path):
     # empty result on or refused it.
     assert any(p.startswith("step 0 ") for p in found), found
     assert any(p.startswith("step 1 ") for p in found), found
+
+
+def test_langgraph_quick_start_needs_a_session_name(ws: Path):
+    """Without `serve --session`, the adapter's server per call makes every call a new session:
+    the read licenses nothing and the edit is refused as unread (why the README says to name
+    one)."""
+    model = ModelServer(SCRIPT)
+    try:
+        argv = [toolyard_bin(), "serve", "-w", str(ws)]
+        run_framework("langgraph", model.base_url, argv)
+    finally:
+        model.close()
+    found = problems(model.requests)
+    assert any(p.startswith("step 2 ") and "has not been read" in p for p in found), found
+    assert (ws / "notes.txt").read_text() == "alpha\nbeta\n"
