@@ -46,6 +46,13 @@ bash tests/containers/run.sh
 echo "== Real clients (Claude Code, Codex CLI) against a scripted model on 127.0.0.1"
 bash tests/clients/run.sh
 
+echo "== Installs without cargo (wheel, npm, npx), seed 002's Python API on the wheel, six agent frameworks"
+# Packages the debug binary `cargo build --workspace --bins` made above (a release build would
+# add about a quarter of an hour); `bash scripts/package.sh` alone packages the release one.
+# Installs: pip into one venv and npm into one prefix, in parallel, pinned
+# (tests/frameworks/requirements.txt, tests/frameworks/package-lock.json).
+TOOLYARD_PACKAGE_BIN=target/debug/toolyard bash tests/frameworks/run.sh
+
 echo "== MCP Inspector smoke test"
 bash tests/inspector/smoke.sh
 

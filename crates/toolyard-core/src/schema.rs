@@ -26,6 +26,117 @@ pub fn schema_of<T: JsonSchema>() -> Value {
     value
 }
 
+/// The input schema as clients are given it (`tools/list`, `toolyard tools`): non-standard
+/// formats dropped, documented enums flattened ([`flatten_enums`]), and each optional
+/// top-level argument marked `"nullable": true`. The last is OpenAPI's keyword, which JSON
+/// Schema validators ignore: smolagents (through mcpadapt) ignores `required` and treats every
+/// argument without it as required, refusing a call that leaves one out. The arguments are
+/// still validated against the tool's own schema, which accepts the same values.
+pub fn client_form(schema: &mut Value) {
+    clean_formats(schema);
+    flatten_enums(schema);
+    let required: Vec<Value> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(Value::Object(props)) = schema.get_mut("properties") {
+        for (name, prop) in props.iter_mut() {
+            if let Value::Object(p) = prop
+                && !required.iter().any(|r| r == name)
+            {
+                p.entry("nullable").or_insert(Value::Bool(true));
+            }
+        }
+    }
+}
+
+/// Rewrite schemars' form of a documented enum, `oneOf: [{const, type, description}...]` (and
+/// an optional one's `anyOf: [{oneOf: ...}, {type: null}]`), as a plain `{type, enum}` whose
+/// description lists each value's (an optional one: `type: [T, "null"]`, null in `enum`):
+/// clients that read only `type` and `enum` cannot read the nested form, and smolagents
+/// crashed on its `anyOf` branch without a `type`.
+pub fn flatten_enums(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            // This node first: its `anyOf` branch still has the `oneOf` to recognise.
+            flatten_enum_here(map);
+            map.values_mut().for_each(flatten_enums);
+        }
+        Value::Array(items) => items.iter_mut().for_each(flatten_enums),
+        _ => {}
+    }
+}
+
+/// [`flatten_enums`] of one schema object, not its children.
+fn flatten_enum_here(map: &mut Map<String, Value>) {
+    // The documented enum: this schema's own `oneOf` (a required enum), or that of the
+    // one branch of an `anyOf` beside `null` (an optional one).
+    let nullable = map.contains_key("anyOf");
+    let only = match map.get("anyOf") {
+        Some(Value::Array(branches)) => {
+            let mut inner = branches
+                .iter()
+                .filter(|b| b.get("type") != Some(&json!("null")));
+            match (inner.next(), inner.next()) {
+                (Some(only), None) => only.clone(),
+                _ => return,
+            }
+        }
+        Some(_) => return,
+        None if map.contains_key("oneOf") => Value::Object(map.clone()),
+        None => return,
+    };
+    let Some(Value::Array(values)) = only.get("oneOf") else {
+        return;
+    };
+    let mut consts = Vec::new();
+    let mut notes = Vec::new();
+    let mut kind = None;
+    for v in values {
+        let (Some(c), Some(t)) = (v.get("const"), v.get("type")) else {
+            return;
+        };
+        if kind.get_or_insert(t) != &t {
+            return;
+        }
+        if let Some(d) = v.get("description").and_then(Value::as_str) {
+            notes.push(format!("`{}`: {d}", c.as_str().unwrap_or(&c.to_string())));
+        }
+        consts.push(c.clone());
+    }
+    let Some(kind) = kind.cloned() else {
+        return;
+    };
+    let head = map
+        .get("description")
+        .or_else(|| only.get("description"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .trim_end()
+        .to_string();
+    let description = [head, notes.join(" ")]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    map.remove("anyOf");
+    map.remove("oneOf");
+    // An optional enum still takes null (what the argument validation checks), as every
+    // other optional argument's `["string", "null"]` does.
+    let kind = if nullable {
+        consts.push(Value::Null);
+        json!([kind, "null"])
+    } else {
+        kind
+    };
+    map.insert("type".into(), kind);
+    map.insert("enum".into(), Value::Array(consts));
+    if !description.is_empty() {
+        map.insert("description".into(), Value::String(description));
+    }
+}
+
 /// The `format` values JSON Schema 2020-12 defines; schemars adds its own (`uint64`, `int32`,
 /// `double`, ...) that strict clients reject as unknown.
 const STANDARD_FORMATS: &[&str] = &[
@@ -152,7 +263,7 @@ impl ToolDefinition {
             description: description.unwrap_or(tool.description()).to_string(),
             input_schema: {
                 let mut s = tool.input_schema();
-                clean_formats(&mut s);
+                client_form(&mut s);
                 s
             },
             output_schema: output_schema.map(|mut s| {

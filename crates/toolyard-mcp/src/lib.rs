@@ -208,6 +208,15 @@ impl ToolyardServer {
         }
     }
 
+    /// A server for one stdio connection whose read-tracking session is `session`, not a
+    /// fresh one: connections of the same name share reads and undo history.
+    pub fn with_session(dispatcher: Arc<Dispatcher>, session: String) -> Self {
+        Self {
+            session,
+            ..Self::new(dispatcher)
+        }
+    }
+
     /// The read-tracking session id of this connection.
     pub fn session(&self) -> &str {
         &self.session
@@ -355,15 +364,16 @@ impl Structured {
 /// The MCP form of a ToolResult (see the crate docs for the `structuredContent` rule), as the
 /// tool's declared `form` promises it.
 pub fn to_call_result(result: ToolResult, form: Structured) -> CallToolResult {
-    let mut blocks = vec![ContentBlock::text(result.output.clone())];
     // Images go to the model as image blocks, never into structuredContent (base64 there
-    // would cost its size again); the text `output` says an image was returned.
-    for image in &result.images {
-        blocks.push(ContentBlock::image(
-            image.data.clone(),
-            image.mime_type.clone(),
-        ));
-    }
+    // would cost its size again); the text `output` says an image was returned. The image
+    // comes first: it is what the call was for, and a client that keeps only the first block
+    // (smolagents, through mcpadapt) must not lose it.
+    let mut blocks: Vec<ContentBlock> = result
+        .images
+        .iter()
+        .map(|image| ContentBlock::image(image.data.clone(), image.mime_type.clone()))
+        .collect();
+    blocks.push(ContentBlock::text(result.output.clone()));
     let mut out = CallToolResult::success(blocks);
     out.is_error = Some(!result.success);
     out.structured_content = if !result.images.is_empty() && !form.declared {
@@ -583,7 +593,19 @@ impl ServerHandler for ToolyardServer {
 ///
 /// stdout is the transport: nothing else may write to it while this runs.
 pub async fn serve_stdio(dispatcher: Arc<Dispatcher>) -> Result<(), ServeError> {
-    let server = ToolyardServer::new(dispatcher.clone());
+    serve_stdio_as(dispatcher, None).await
+}
+
+/// [`serve_stdio`] under the read-tracking session `session` (a fresh one when `None`), so a
+/// client that starts a server per call keeps one read ledger and undo history.
+pub async fn serve_stdio_as(
+    dispatcher: Arc<Dispatcher>,
+    session: Option<String>,
+) -> Result<(), ServeError> {
+    let server = match session {
+        Some(s) => ToolyardServer::with_session(dispatcher.clone(), s),
+        None => ToolyardServer::new(dispatcher.clone()),
+    };
     let session = server.session().to_string();
     tracing::info!(session = %session, "serving MCP over stdio");
     let runtime = tokio::runtime::Handle::current();
@@ -864,10 +886,11 @@ mod tests {
             },
         );
         let content = serde_json::to_value(&out.content).unwrap_or_default();
-        assert_eq!(content[0]["type"], json!("text"));
-        assert_eq!(content[1]["type"], json!("image"));
-        assert_eq!(content[1]["data"], json!("iVBORw0="));
-        assert_eq!(content[1]["mimeType"], json!("image/png"));
+        // The image first (a client keeping only the first block keeps it), then the text.
+        assert_eq!(content[0]["type"], json!("image"));
+        assert_eq!(content[0]["data"], json!("iVBORw0="));
+        assert_eq!(content[0]["mimeType"], json!("image/png"));
+        assert_eq!(content[1]["type"], json!("text"));
         // Codex shows structuredContent instead of the blocks: with it the image would be lost.
         assert!(out.structured_content.is_none());
         // A tool that declared a schema anyway still gets its structured form: clients check

@@ -25,6 +25,12 @@ pub struct ServeArgs {
     /// could write into this workspace through it).
     #[arg(long, requires = "http")]
     pub trust_every_local_process: bool,
+    /// Over stdio: the read-tracking session to use instead of a fresh one per connection, so
+    /// clients that start a server per tool call (LangChain's MCP adapter) keep one read ledger
+    /// and undo history: a read in one connection lets an edit in the next. The same name as
+    /// `toolyard call --session` shares with the CLI.
+    #[arg(long, conflicts_with = "http")]
+    pub session: Option<String>,
 }
 
 /// The token's part of `toolyard serve --help`.
@@ -49,7 +55,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         // Built inside the runtime: the router spawns its runner tasks on it.
         let dispatcher = Arc::new(crate::dispatcher(&args.common)?);
         let served = match &args.http {
-            None => toolyard_mcp::serve_stdio(dispatcher.clone())
+            None => toolyard_mcp::serve_stdio_as(dispatcher.clone(), args.session.clone())
                 .await
                 .context("the MCP server over stdio failed"),
             Some(addr) => {
