@@ -375,12 +375,17 @@ impl Manager {
         let _ = std::thread::Builder::new()
             .name("lsp-open".into())
             .spawn(move || {
-                if let (Ok((server, _)), Some(text)) = (me.server(&lang), me.file_text(&rel)) {
+                if let Ok((server, _)) = me.server(&lang) {
                     let ext = Path::new(&rel)
                         .extension()
                         .and_then(|e| e.to_str())
                         .unwrap_or_default();
-                    server.sync(&rel, config::language_id(ext), &text);
+                    server.open_if_absent(
+                        &rel,
+                        config::language_id(ext),
+                        Instant::now() + Duration::from_secs(120),
+                        || me.file_text(&rel),
+                    );
                 }
             });
     }
@@ -429,13 +434,26 @@ impl Manager {
                         let Some(text) = self.file_text(rel) else {
                             continue;
                         };
-                        let before = before_of(&server, rel);
+                        let mut before = before_of(&server, rel);
+                        if before.is_none()
+                            && let Some(doc) = server.doc(rel)
+                        {
+                            // Opened (on a read) but not yet checked: what it had before is
+                            // worth the wait, or every old problem would look new.
+                            server.wait_published(rel, doc.version, 0, deadline);
+                            before = before_of(&server, rel);
+                        }
                         let others = server.all_published();
                         let ext = Path::new(rel)
                             .extension()
                             .and_then(|e| e.to_str())
                             .unwrap_or_default();
-                        let (version, seq, _) = server.sync(rel, config::language_id(ext), &text);
+                        let Some((version, seq, _)) =
+                            server.sync(rel, config::language_id(ext), &text, deadline)
+                        else {
+                            parts.push(still_checking(rel, &server.program, self.wait.as_millis()));
+                            continue;
+                        };
                         waits.push(Wait::Server {
                             rel: rel.clone(),
                             server,
@@ -612,8 +630,10 @@ impl Manager {
                 .extension()
                 .and_then(|e| e.to_str())
                 .unwrap_or_default();
-            let (version, seq, _) = server.sync(rel, config::language_id(ext), &text);
-            let body = match server.wait_published(rel, version, seq, deadline) {
+            let synced = server.sync(rel, config::language_id(ext), &text, deadline);
+            let published = synced
+                .and_then(|(version, seq, _)| server.wait_published(rel, version, seq, deadline));
+            let body = match published {
                 Some(p) => list(rel, &server.program, &p.items, &text),
                 None => still_checking(rel, &server.program, ms),
             };
@@ -731,6 +751,14 @@ impl Manager {
     }
 
     fn open(&self, rel: &str) -> Result<(Arc<Server>, Option<String>), LspError> {
+        let (server, note, version, seq) = self.open_version(rel)?;
+        // A server that has not published diagnostics for this version is still loading the
+        // project: its answers would be empty. Wait for them (up to the bound), then ask.
+        server.wait_published(rel, version, seq, Instant::now() + self.wait);
+        Ok((server, note))
+    }
+
+    fn open_version(&self, rel: &str) -> Result<(Arc<Server>, Option<String>, i64, u64), LspError> {
         let lang = self.language_of(rel).ok_or_else(|| {
             LspError::NoServer(format!(
                 "no language is known for {rel}'s extension; [lsp.<language>] in the catalog can add one"
@@ -744,8 +772,17 @@ impl Manager {
             .extension()
             .and_then(|e| e.to_str())
             .unwrap_or_default();
-        server.sync(rel, config::language_id(ext), &text);
-        Ok((server, note))
+        let deadline = Instant::now() + self.wait.max(MIN_REQUEST_WAIT);
+        let (version, seq, sent) = server
+            .sync(rel, config::language_id(ext), &text, deadline)
+            .ok_or_else(|| LspError::Timeout {
+                lang: lang.name.clone(),
+                program: server.program.clone(),
+                what: "starting up".into(),
+            })?;
+        // Unchanged since it was sent: anything published for it counts.
+        let seq = if sent { seq } else { 0 };
+        Ok((server, note, version, seq))
     }
 
     /// A location (`Location` or `LocationLink`) of an answer.

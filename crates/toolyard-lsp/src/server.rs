@@ -159,7 +159,10 @@ impl Server {
 
     fn initialize(&self, root_uri: &str, root_name: &str) {
         let params = json!({
-            "processId": std::process::id(),
+            // Not our pid: inside the sandbox `kill(pid, 0)` on it fails, and servers that watch
+            // their client (typescript-language-server) take that for its death and exit. They
+            // end when their stdin closes instead.
+            "processId": Value::Null,
             "rootUri": root_uri,
             "rootPath": url::Url::parse(root_uri).ok().and_then(|u| u.to_file_path().ok()),
             "workspaceFolders": [{"uri": root_uri, "name": root_name}],
@@ -344,16 +347,55 @@ impl Server {
         u
     }
 
-    /// Tell the server `rel` now holds `text` (didOpen the first time, else didChange with a
+    /// Tell the server, once it is initialized, that `rel` now holds `text` (didOpen the first time, else didChange with a
     /// new version when the text differs). Returns the version it has and the diagnostics
     /// counter before the change (what arrives after it may be for it).
-    pub fn sync(&self, rel: &str, language_id: &str, text: &str) -> (i64, u64, bool) {
+    /// `None` when the server is not initialized by `deadline` (nothing may be sent before).
+    pub fn sync(
+        &self,
+        rel: &str,
+        language_id: &str,
+        text: &str,
+        deadline: Instant,
+    ) -> Option<(i64, u64, bool)> {
+        self.capabilities(deadline).ok()?;
+        Some(self.sync_ready(rel, language_id, text, false))
+    }
+
+    /// Open `rel` with the text `read` gives, once the server is initialized, unless it is
+    /// open already (a change got there first: its text is newer than what a read saw).
+    pub fn open_if_absent(
+        &self,
+        rel: &str,
+        language_id: &str,
+        deadline: Instant,
+        read: impl FnOnce() -> Option<String>,
+    ) {
+        if self.capabilities(deadline).is_err() || self.lock().docs.contains_key(rel) {
+            return;
+        }
+        let Some(text) = read() else { return };
+        let st = self.lock();
+        if st.docs.contains_key(rel) {
+            return;
+        }
+        drop(st);
+        self.sync_ready(rel, language_id, &text, true);
+    }
+
+    fn sync_ready(
+        &self,
+        rel: &str,
+        language_id: &str,
+        text: &str,
+        open_only: bool,
+    ) -> (i64, u64, bool) {
         self.touch();
         let uri = self.uri(rel);
         let mut st = self.lock();
         let seq = st.seq;
         if let Some(doc) = st.docs.get_mut(rel) {
-            if &*doc.text == text {
+            if &*doc.text == text || open_only {
                 return (doc.version, seq, false);
             }
             doc.version += 1;
@@ -534,6 +576,10 @@ impl Server {
                 st.published.insert(uri.to_string(), p);
                 drop(st);
                 self.changed.notify_all();
+            }
+            (Some(method), None) if method == "window/logMessage" => {
+                let text = msg["params"]["message"].as_str().unwrap_or_default();
+                tracing::debug!(lang = %self.lang, "{}", text);
             }
             _ => {}
         }

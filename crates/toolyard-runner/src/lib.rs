@@ -12,6 +12,7 @@ mod internal;
 mod lane_exec;
 mod layers;
 pub mod link;
+mod lsp;
 pub mod process;
 pub mod protocol;
 mod remote;

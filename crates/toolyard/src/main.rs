@@ -786,6 +786,14 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode> {
         "with --inline: nothing is sandboxed; commands run with your full access to files and \
          network, and only the file tools' paths are confined to the workspace"
     );
+    let lsp: toolyard_lsp::LspConfig = catalog.section("lsp")?;
+    let lsp = toolyard_lsp::Manager::new(Path::new("/"), lsp, toolyard_lsp::Launcher::Direct);
+    out!(
+        "language servers (started on first need, sandboxed as the no-net lane with the heavy lane's limits; [lsp] in the catalog):"
+    );
+    for line in lsp.doctor_lines() {
+        out!("  {line}");
+    }
     if is_remote(&catalog)? {
         remote_doctor(&args)?;
     }
