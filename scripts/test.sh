@@ -46,6 +46,16 @@ bash tests/containers/run.sh
 echo "== Real clients (Claude Code, Codex CLI) against a scripted model on 127.0.0.1"
 bash tests/clients/run.sh
 
+echo "== Language servers: diagnostics in each change's result, navigation, rename, the sandbox (real servers)"
+# Pinned, into a prefix of the build tree (no global install): about 60 MB, 10-20 s. clangd
+# (Debian's pulls in most of LLVM) is left out; C has no server in CI.
+lsp_prefix="$PWD/target/lsp-servers"
+npm install --prefix "$lsp_prefix" --no-audit --no-fund --loglevel=error \
+  pyright@1.1.414 typescript-language-server@5.1.3 typescript@5.9.3
+# TOOLYARD_LSP_REQUIRE=1: a test whose server is missing fails here instead of skipping.
+PATH="$lsp_prefix/node_modules/.bin:$PATH" TOOLYARD_LSP_REQUIRE=1 \
+  cargo test -p toolyard --test lsp_e2e -p toolyard-lsp
+
 echo "== MCP Inspector smoke test"
 bash tests/inspector/smoke.sh
 

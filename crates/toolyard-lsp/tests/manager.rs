@@ -6,9 +6,16 @@ use std::sync::Arc;
 
 use toolyard_lsp::{Launcher, LspConfig, Manager};
 
+/// Whether `program` is on PATH; where CI installed it (TOOLYARD_LSP_REQUIRE=1), missing
+/// is a failure, not a skip.
 fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
+    assert!(
+        found || std::env::var_os("TOOLYARD_LSP_REQUIRE").is_none(),
+        "{program} is not on PATH, and TOOLYARD_LSP_REQUIRE is set"
+    );
+    found
 }
 
 fn manager(root: &Path, config: serde_json::Value) -> Arc<Manager> {

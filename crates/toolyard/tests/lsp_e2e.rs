@@ -124,9 +124,16 @@ impl Drop for Mcp {
     }
 }
 
+/// Whether `program` is on PATH; where CI installed it (TOOLYARD_LSP_REQUIRE=1), missing
+/// is a failure, not a skip.
 fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
+    assert!(
+        found || std::env::var_os("TOOLYARD_LSP_REQUIRE").is_none(),
+        "{program} is not on PATH, and TOOLYARD_LSP_REQUIRE is set"
+    );
+    found
 }
 
 /// Whether the no-net sandbox can be applied here (a user namespace for the network one).
