@@ -53,8 +53,9 @@ lsp_prefix="$PWD/target/lsp-servers"
 npm install --prefix "$lsp_prefix" --no-audit --no-fund --loglevel=error \
   pyright@1.1.414 typescript-language-server@5.1.3 typescript@5.9.3
 # TOOLYARD_LSP_REQUIRE=1: a test whose server is missing fails here instead of skipping.
-PATH="$lsp_prefix/node_modules/.bin:$PATH" TOOLYARD_LSP_REQUIRE=1 \
-  cargo test -p toolyard --test lsp_e2e -p toolyard-lsp
+export_lsp=(env PATH="$lsp_prefix/node_modules/.bin:$PATH" TOOLYARD_LSP_REQUIRE=1)
+"${export_lsp[@]}" cargo test -p toolyard-lsp
+"${export_lsp[@]}" cargo test -p toolyard --test lsp_e2e
 
 echo "== MCP Inspector smoke test"
 bash tests/inspector/smoke.sh

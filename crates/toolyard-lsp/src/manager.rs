@@ -913,6 +913,9 @@ fn report(
         }
         return out;
     };
+    if before.is_empty() && after.is_empty() {
+        return format!("{rel}: no problems ({who} checked this version)");
+    }
     let (new, resolved) = diff(&before, Some(&before_text), after, Some(text));
     let kept = after.len() - new.len();
     let mut out = String::new();
@@ -955,8 +958,8 @@ fn report(
         out.push_str(&format!(
             "\n  {kept} problem(s) the file already had are not repeated (diagnostics {{\"path\": \"{rel}\"}} lists them)"
         ));
-    } else if new.is_empty() && resolved.is_empty() {
-        out.push_str(" and none left");
+    } else if new.is_empty() {
+        out.push_str("; none are left");
     }
     out
 }
