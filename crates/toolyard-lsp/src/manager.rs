@@ -370,6 +370,13 @@ impl Manager {
             }
             return;
         }
+        let open = lock(&self.servers)
+            .get(&lang.name)
+            .is_some_and(|s| s.server.dead().is_none() && s.server.doc(rel).is_some());
+        if open {
+            // Already open: a later change or `diagnostics` sends what changed.
+            return;
+        }
         let Some(me) = self.me.upgrade() else { return };
         let rel = rel.to_string();
         let _ = std::thread::Builder::new()

@@ -433,3 +433,24 @@ fn a_language_server_cannot_reach_the_network_ssh_keys_or_outside_the_workspace(
     assert!(text.contains("outside-refused"), "{text}");
     assert!(!outside.exists());
 }
+
+#[test]
+fn codex_apply_patch_and_undo_report_their_diagnostics() {
+    if !on_path("pyright-langserver") {
+        eprintln!("SKIPPED: pyright-langserver is not on PATH (scripts/test.sh installs it)");
+        return;
+    }
+    let src = "def half(n: int) -> float:\n    return n / 2\n";
+    let mut m = Mcp::start(&[("calc.py", src)], Some(WAIT), &["--dialect", "codex"]);
+    let r = m.ok("diagnostics", json!({"path": "calc.py"}));
+    assert!(r.contains("calc.py: no problems"), "{r}");
+    let patch = "*** Begin Patch\n*** Update File: calc.py\n@@\n-    return n / 2\n+    return n.upper()\n*** End Patch";
+    let r = m.ok("apply_patch", json!({"input": patch}));
+    assert!(
+        r.contains("new problem(s)") && r.contains("calc.py:2:"),
+        "{r}"
+    );
+    assert!(r.contains("return n.upper()"), "the line's text: {r}");
+    let r = m.ok("undo", json!({}));
+    assert!(r.contains("resolved") && r.contains("calc.py:2"), "{r}");
+}

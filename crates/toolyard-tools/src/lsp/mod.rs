@@ -77,7 +77,7 @@ pub fn after_call(
     } else {
         result.files_changed.clone()
     };
-    if files.is_empty() || engine == "rename_symbol" && result.output.contains("diagnostics:") {
+    if files.is_empty() {
         return;
     }
     if let Some(note) = m.after_change(session, &files) {
