@@ -53,6 +53,17 @@ echo "== Installs without cargo (wheel, npm, npx), seed 002's Python API on the 
 # (tests/frameworks/requirements.txt, tests/frameworks/package-lock.json).
 TOOLYARD_PACKAGE_BIN=target/debug/toolyard bash tests/frameworks/run.sh
 
+echo "== Language servers: diagnostics in each change's result, navigation, rename, the sandbox (real servers)"
+# Pinned, into a prefix of the build tree (no global install): about 60 MB, 10-20 s. clangd
+# (Debian's pulls in most of LLVM) is left out; C has no server in CI.
+lsp_prefix="$PWD/target/lsp-servers"
+npm install --prefix "$lsp_prefix" --no-audit --no-fund --loglevel=error \
+  pyright@1.1.414 typescript-language-server@5.1.3 typescript@5.9.3
+# TOOLYARD_LSP_REQUIRE=1: a test whose server is missing fails here instead of skipping.
+export_lsp=(env PATH="$lsp_prefix/node_modules/.bin:$PATH" TOOLYARD_LSP_REQUIRE=1)
+"${export_lsp[@]}" cargo test -p toolyard-lsp
+"${export_lsp[@]}" cargo test -p toolyard --test lsp_e2e
+
 echo "== MCP Inspector smoke test"
 bash tests/inspector/smoke.sh
 

@@ -12,7 +12,7 @@ from conftest import MODES, cli_tool_names, connect, text_of
 pytestmark = pytest.mark.anyio
 
 ARGS = ["--dialect", "claude-code"]
-TOOLS = ["Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "MultiEdit", "NotebookEdit", "Read", "Write"]
+TOOLS = ["Bash", "BashOutput", "Edit", "Glob", "Grep", "KillShell", "LSP", "MultiEdit", "NotebookEdit", "Read", "Write"]
 
 
 async def call(client, tool: str, args: dict):

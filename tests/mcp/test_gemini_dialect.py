@@ -12,14 +12,18 @@ pytestmark = pytest.mark.anyio
 
 ARGS = ["--dialect", "gemini"]
 NAMES = [
+    "diagnostics",
     "glob",
     "grep_search",
     "list_directory",
+    "lsp",
+    "outline",
     "process_kill",
     "process_list",
     "process_output",
     "read_file",
     "read_many_files",
+    "rename_symbol",
     "replace",
     "run_shell_command",
     "search_file_content",

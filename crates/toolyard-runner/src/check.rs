@@ -18,7 +18,7 @@ use crate::link::RemoteConfig;
 /// `[journal]`, `[web]`, `[oracle]`, `[project]`, `[processes]`, `[remote]`) and the policy's patterns; the error lists
 /// every mistake found, one a line. The tools and profiles were checked when it was parsed.
 pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
-    let checks: [Result<(), CatalogError>; 11] = [
+    let checks: [Result<(), CatalogError>; 12] = [
         catalog.check_section::<PolicyConfig>("policy"),
         catalog.check_section::<SandboxConfig>("sandbox"),
         catalog.check_section::<LanesConfig>("lanes"),
@@ -30,6 +30,7 @@ pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
         catalog.check_section::<ProjectConfig>("project"),
         catalog.check_section::<ProcessesConfig>("processes"),
         catalog.check_section::<RemoteConfig>("remote"),
+        catalog.check_section::<toolyard_lsp::LspConfig>("lsp"),
     ];
     let mut messages: Vec<String> = checks
         .into_iter()

@@ -164,11 +164,15 @@ impl Dispatcher {
         } else {
             ToolEnv::open_with_state
         };
-        let env = Arc::new(open(
+        let mut env = open(
             &config.workspace,
             config.catalog.clone(),
             config.state_dir.as_deref(),
-        )?);
+        )?;
+        if !remote.as_ref().is_some_and(|l| l.is_remote()) {
+            env.lsp = Some(crate::lsp::manager(&config, env.workspace.root())?);
+        }
+        let env = Arc::new(env);
         let allowed = config
             .catalog
             .profile(&config.profile)
@@ -364,8 +368,14 @@ impl Dispatcher {
             Err(e) => return e.into(),
         };
         let call_id = self.next_call_id();
+        let after = (
+            entry.engine,
+            req.session.clone(),
+            toolyard_tools::lsp::path_args(&req.args),
+        );
         if self.hooks.is_empty() {
-            return self.execute(entry, req, call_id, limit).await;
+            let result = self.execute(entry, req, call_id, limit).await;
+            return crate::lsp::with_diagnostics(&self.env, after, result).await;
         }
         // The hooks are a layer around the call, for the inline and the router path alike.
         let call = HookCall {
@@ -377,9 +387,11 @@ impl Dispatcher {
             annotations: entry.tool.annotations(),
         };
         let cancel = req.cancel.clone();
-        self.hooks
+        let result = self
+            .hooks
             .around(&call, &cancel, self.execute(entry, req, call_id, limit))
-            .await
+            .await;
+        crate::lsp::with_diagnostics(&self.env, after, result).await
     }
 
     /// Whether a call of `tool` with `args` may run on its transport's own thread
@@ -410,6 +422,7 @@ impl Dispatcher {
         alone
             && SMALL_WRITES.contains(&entry.engine)
             && args.is_some_and(|a| self.is_small_write(a))
+            && !toolyard_tools::lsp::may_wait(&self.env, entry.engine, args)
     }
 
     /// Whether `args` name a file of at most [`SMALL_WRITE_BYTES`] (or none yet) and carry no
@@ -449,7 +462,25 @@ impl Dispatcher {
             }
             Err(e) => e.into(),
         };
+<<<<<<< HEAD
         self.repeats.note(&session, &tool, &call_args, &mut result);
+=======
+        let call_id = self.next_call_id();
+        let spec = self.spec(entry.engine);
+        let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
+        let bound = backstop(&ctx, limit);
+        let after = toolyard_tools::lsp::path_args(&args);
+        let run = async { entry.tool.invoke_checked(args, &ctx).await.into() };
+        let mut result = on_blocking_thread(|| runtime.block_on(settle(run, &ctx.cancel, bound)));
+        // A read opens its file with its server in the background; nothing here waits.
+        toolyard_tools::lsp::after_call(
+            &self.env,
+            entry.engine,
+            &ctx.session_id,
+            &after,
+            &mut result,
+        );
+>>>>>>> lsp
         result
     }
 
@@ -472,6 +503,9 @@ impl Dispatcher {
 
     /// The server is stopping: remote links release what they placed (a session's pods).
     pub async fn shutdown(&self) {
+        if let Some(m) = &self.env.lsp {
+            m.shutdown();
+        }
         if let Some(router) = &self.router {
             router.shutdown().await;
         }

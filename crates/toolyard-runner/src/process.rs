@@ -54,7 +54,6 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
         Some(p) => Catalog::load(p).map_err(|e| ToolError::InvalidArguments(e.to_string()))?,
         None => Catalog::builtin(),
     };
-    let bad = |e: toolyard_core::CatalogError| ToolError::InvalidArguments(e.to_string());
     let root = args
         .workspace
         .canonicalize()
@@ -66,41 +65,14 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
     // Held until this function returns: dropping it empties the dir.
     let temp = RunnerTempDir::claim(&state.tmp_dir(), args.lane)?;
     let temp_dir = temp.path().to_path_buf();
-    let config: SandboxConfig = catalog.section("sandbox").map_err(bad)?;
-    let lanes: LanesConfig = catalog.section("lanes").map_err(bad)?;
-    let mut policy = LanePolicy::new(args.lane, root.clone(), temp_dir.clone());
-    policy.cache_dir = Some(state.caches_dir());
-    // Commands can neither read nor write Toolyard's state; the runner writes its spill files
-    // and moves what a command did to protected paths into the quarantine.
-    // Every workspace's state, not only this one's: a command of a workspace at `~` would
-    // otherwise reach the journals of all the others.
-    policy.state_dir = Some(state.tree().to_path_buf());
-    policy.runner_write = vec![state.outputs_dir(), state.quarantine_dir()];
-    policy.command_read = vec![state.outputs_dir()];
-    // The protected paths that exist now are held read-only; git's own config files stay
-    // writable (`git config` replaces them by a rename) and are repaired after each command.
-    let catalog_file: Vec<PathBuf> = args
-        .catalog
-        .iter()
-        .filter(|p| p.is_absolute())
-        .cloned()
-        .collect();
-    let protected = Protected::new(&root, &protect::configured(&config), &catalog_file);
-    policy.read_only = protected
-        .existing()
-        .into_iter()
-        .filter(|p| {
-            !p.file_name()
-                .is_some_and(|n| n == "config" || n == "config.worktree")
-        })
-        .collect();
-    policy.keep_writable = protect::UNPROTECTED
-        .iter()
-        .chain(protect::WATCHED)
-        .map(|u| root.join(u))
-        .collect();
-    policy.config = config;
-    policy.limits = lanes.limits(args.lane);
+    let policy = lane_policy(
+        args.lane,
+        &root,
+        &state,
+        &catalog,
+        args.catalog.as_deref(),
+        &temp_dir,
+    )?;
     let slots = policy.limits.slots();
     // SAFETY: no other thread exists yet (the runtime starts below), so nothing can read the
     // environment concurrently; children inherit TMPDIR pointing at the private temp dir.
@@ -133,12 +105,62 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
     result
 }
 
+/// The sandbox policy of a `lane` runner of the workspace `root`: its private temp dir, the
+/// private tool caches, the state dir out of reach, the protected paths held read-only, and the
+/// catalog's `[sandbox]` and `[lanes]` settings. `toolyard lane-exec` applies the same.
+pub fn lane_policy(
+    lane: Lane,
+    root: &Path,
+    state: &StateDir,
+    catalog: &Catalog,
+    catalog_path: Option<&Path>,
+    temp_dir: &Path,
+) -> Result<LanePolicy, ToolError> {
+    let bad = |e: toolyard_core::CatalogError| ToolError::InvalidArguments(e.to_string());
+    let (root, temp_dir) = (root.to_path_buf(), temp_dir.to_path_buf());
+    let config: SandboxConfig = catalog.section("sandbox").map_err(bad)?;
+    let lanes: LanesConfig = catalog.section("lanes").map_err(bad)?;
+    let mut policy = LanePolicy::new(lane, root.clone(), temp_dir.clone());
+    policy.cache_dir = Some(state.caches_dir());
+    // Commands can neither read nor write Toolyard's state; the runner writes its spill files
+    // and moves what a command did to protected paths into the quarantine.
+    // Every workspace's state, not only this one's: a command of a workspace at `~` would
+    // otherwise reach the journals of all the others.
+    policy.state_dir = Some(state.tree().to_path_buf());
+    policy.runner_write = vec![state.outputs_dir(), state.quarantine_dir()];
+    policy.command_read = vec![state.outputs_dir()];
+    // The protected paths that exist now are held read-only; git's own config files stay
+    // writable (`git config` replaces them by a rename) and are repaired after each command.
+    let catalog_file: Vec<PathBuf> = catalog_path
+        .iter()
+        .filter(|p| p.is_absolute())
+        .map(|p| p.to_path_buf())
+        .collect();
+    let protected = Protected::new(&root, &protect::configured(&config), &catalog_file);
+    policy.read_only = protected
+        .existing()
+        .into_iter()
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n == "config" || n == "config.worktree")
+        })
+        .collect();
+    policy.keep_writable = protect::UNPROTECTED
+        .iter()
+        .chain(protect::WATCHED)
+        .map(|u| root.join(u))
+        .collect();
+    policy.config = config;
+    policy.limits = lanes.limits(lane);
+    Ok(policy)
+}
+
 /// Where Kubernetes mounts a pod's service account token, a credential for the cluster.
 const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 
 /// A runner's private temp dir (`<state>/tmp/<lane>-<pid>`), flock'ed for the runner's life so
 /// another runner's sweep knows it is in use, and emptied when the runner ends.
-struct RunnerTempDir {
+pub(crate) struct RunnerTempDir {
     path: PathBuf,
     _lock: File,
     /// Closed when this runner ends, however it ends: then the remover deletes the dir.
@@ -147,7 +169,7 @@ struct RunnerTempDir {
 
 impl RunnerTempDir {
     /// Sweep the dirs dead runners left in `tmp`, then make, lock and return this runner's.
-    fn claim(tmp: &Path, lane: Lane) -> Result<Self, ToolError> {
+    pub(crate) fn claim(tmp: &Path, lane: Lane) -> Result<Self, ToolError> {
         sweep_temp_dirs(tmp);
         let path = tmp.join(format!("{lane}-{}", std::process::id()));
         let io = |e: std::io::Error| ToolError::Io(format!("{}: {e}", path.display()));
@@ -172,7 +194,7 @@ impl RunnerTempDir {
         })
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }

@@ -25,6 +25,8 @@ pub struct ToolEnv {
     pub records: Arc<dyn Records>,
     /// The same records when this process keeps them itself (the server, not a runner).
     pub local: Option<Arc<LocalRecords>>,
+    /// The workspace's language servers (the server process sets them; `None` elsewhere).
+    pub lsp: Option<Arc<toolyard_lsp::Manager>>,
 }
 
 impl std::fmt::Debug for ToolEnv {
@@ -91,6 +93,7 @@ impl ToolEnv {
             catalog,
             records: records.clone(),
             local: Some(records),
+            lsp: None,
         })
     }
 
@@ -111,6 +114,7 @@ impl ToolEnv {
             catalog,
             records,
             local: None,
+            lsp: None,
         })
     }
 

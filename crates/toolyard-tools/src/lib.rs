@@ -9,6 +9,7 @@ pub mod command;
 pub mod dialect;
 mod env;
 pub mod files;
+pub mod lsp;
 pub mod oracle;
 pub mod patch;
 pub mod process;

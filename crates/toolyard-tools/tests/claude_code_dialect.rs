@@ -92,6 +92,7 @@ async fn the_dialect_has_claude_codes_tools_under_their_engines() {
         ("Glob", "glob"),
         ("Grep", "grep"),
         ("KillShell", "process_kill"),
+        ("LSP", "lsp"),
         ("MultiEdit", "edit_file"),
         ("NotebookEdit", "edit_file"),
         ("Read", "read_file"),

@@ -148,6 +148,10 @@ enum Action {
     Doctor(DoctorArgs),
     /// Serve jobs for one lane over stdin/stdout (started by the router, not by hand).
     Runner(RunnerCmd),
+    /// Run a program (a language server) in the no-net lane's sandbox with the heavy lane's
+    /// limits (started by the server, not by hand).
+    #[command(hide = true)]
+    LaneExec(LaneExecCmd),
     /// List journaled changes, newest first.
     Log(LogArgs),
     /// Undo a journaled change (default: the newest one not yet undone).
@@ -290,6 +294,22 @@ struct RunnerCmd {
     /// The state directory, when not the workspace's default one.
     #[arg(long)]
     state_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct LaneExecCmd {
+    /// The workspace root.
+    #[arg(long)]
+    workspace: PathBuf,
+    /// The catalog file.
+    #[arg(long)]
+    catalog: Option<PathBuf>,
+    /// The state directory, when not the workspace's default one.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// The program and its arguments, after `--`.
+    #[arg(last = true, required = true)]
+    argv: Vec<std::ffi::OsString>,
 }
 
 /// Options every subcommand that opens a workspace shares.
@@ -538,6 +558,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Action::Artifacts(args) => artifacts(args),
         Action::Workspace(cmd) => runtime()?.block_on(workspace(cmd)),
         Action::SessionHost(args) => host::host_main(args),
+        Action::LaneExec(args) => {
+            // Sandboxes itself before any thread exists, as a runner does.
+            let code = toolyard_runner::lane_exec(toolyard_runner::LaneExecArgs {
+                workspace: args.workspace,
+                catalog: args.catalog,
+                state_dir: args.state_dir,
+                argv: args.argv,
+            })
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
         Action::Runner(args) => {
             // Sandboxes itself before any thread exists: no runtime may start before this.
             toolyard_runner::runner_main(toolyard_runner::RunnerArgs {
@@ -755,6 +786,14 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode> {
         "with --inline: nothing is sandboxed; commands run with your full access to files and \
          network, and only the file tools' paths are confined to the workspace"
     );
+    let lsp: toolyard_lsp::LspConfig = catalog.section("lsp")?;
+    let lsp = toolyard_lsp::Manager::new(Path::new("/"), lsp, toolyard_lsp::Launcher::Direct);
+    out!(
+        "language servers (started on first need, sandboxed as the no-net lane with the heavy lane's limits; [lsp] in the catalog):"
+    );
+    for line in lsp.doctor_lines() {
+        out!("  {line}");
+    }
     if is_remote(&catalog)? {
         remote_doctor(&args)?;
     }

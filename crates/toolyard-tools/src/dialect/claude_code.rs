@@ -1255,6 +1255,7 @@ pub fn tools(
             multi: true,
         })),
         Arc::new(Typed(NotebookEdit { env: env.clone() })),
+        crate::lsp::claude_code_tool(env.clone()),
     ];
     if let Some(t) = engine(loopr, "write_file") {
         v.push(Arc::new(Typed(Write { write_file: t })));

@@ -104,7 +104,14 @@ impl std::str::FromStr for Dialect {
 /// Tools that write Toolyard's own state (the journal, the session's completion) and touch
 /// neither the network nor anything a command could run: they run in the server process,
 /// whatever the lane, because runners may not write the state directory.
-pub const SERVER_SIDE: &[&str] = &["undo", "complete_task"];
+pub const SERVER_SIDE: &[&str] = &[
+    "undo",
+    "complete_task",
+    "diagnostics",
+    "lsp",
+    "rename_symbol",
+    "outline",
+];
 
 /// The file tools: they run no program and reach files only through the workspace's path
 /// confinement (`openat2(RESOLVE_BENEATH)`, protected and hidden paths), so they run in the
@@ -236,6 +243,10 @@ fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
         "process_kill",
         "process_list",
         "shell",
+        "diagnostics",
+        "lsp",
+        "rename_symbol",
+        "outline",
     ];
     let engine = match (dialect, name) {
         (Dialect::Loom, "bash") | (Dialect::LoomPy, "shell_execute") => "run_command",
@@ -258,6 +269,7 @@ fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
         (Dialect::ClaudeCode, "Bash") => "run_command",
         (Dialect::ClaudeCode, "BashOutput") => "process_output",
         (Dialect::ClaudeCode, "KillShell") => "process_kill",
+        (Dialect::ClaudeCode, "LSP") => "lsp",
         (_, other) => other,
     };
     ENGINES.iter().find(|e| **e == engine).copied()
@@ -275,6 +287,7 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
     loopr.extend(crate::oracle::tools(env.clone()));
     loopr.extend(crate::task::tools(env.clone()));
     loopr.extend(crate::artifacts::tools(env.clone()));
+    loopr.extend(crate::lsp::tools(env.clone()));
     if let Some(local) = &env.local {
         loopr.extend(crate::undo::tools(local.clone()));
     }
@@ -290,16 +303,19 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
         Dialect::Loom => {
             let mut v = loom::tools(env, commands);
             v.extend(shared(&["web_search", "oracle", "undo"]));
+            v.extend(shared(crate::lsp::ENGINES));
             v
         }
         Dialect::LoomPy => {
             let mut v = loom_py::tools(env, commands);
             v.extend(shared(&["write_file", "list_directory", "undo"]));
+            v.extend(shared(crate::lsp::ENGINES));
             v
         }
         Dialect::Codex => {
             let mut v = codex::tools(env, commands);
             v.extend(shared(&["undo"]));
+            v.extend(shared(crate::lsp::ENGINES));
             v
         }
         Dialect::Anthropic => anthropic::tools(env, commands),
@@ -312,6 +328,7 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
                 "process_kill",
                 "undo",
             ]));
+            v.extend(shared(crate::lsp::ENGINES));
             v
         }
         Dialect::ClaudeCode => claude_code::tools(env, commands, &loopr),

@@ -1,0 +1,456 @@
+//! The verify loop end to end: `toolyard serve` over MCP (stdio), real language servers where
+//! they are on PATH (scripts/test.sh installs pyright and typescript-language-server), cargo
+//! check for Rust, and a fake server that never answers. Each test has its own workspace,
+//! TOOLYARD_STATE_DIR and HOME.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use serde_json::{Value, json};
+
+struct Mcp {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next: u64,
+    _t: tempfile::TempDir,
+    ws: PathBuf,
+}
+
+impl Mcp {
+    /// `toolyard serve` on a fresh workspace holding `files`, with `catalog` (TOML) when given.
+    fn start(files: &[(&str, &str)], catalog: Option<&str>, extra: &[&str]) -> Self {
+        let t = tempfile::tempdir().unwrap();
+        let ws = t.path().join("ws");
+        let state = t.path().join("state");
+        let home = t.path().join("home");
+        for d in [&ws, &state, &home] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        for (p, text) in files {
+            let f = ws.join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, text).unwrap();
+        }
+        let mut cmd = Command::new(common::toolyard_bin());
+        cmd.arg("serve").arg("--workspace").arg(&ws).args(extra);
+        if let Some(c) = catalog {
+            let path = t.path().join("catalog.toml");
+            std::fs::write(&path, c).unwrap();
+            cmd.arg("--catalog").arg(path);
+        }
+        let mut child = cmd
+            .env("TOOLYARD_STATE_DIR", &state)
+            .env("HOME", &home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("toolyard serve starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut m = Self {
+            child,
+            stdin,
+            stdout,
+            next: 1,
+            _t: t,
+            ws: ws.canonicalize().unwrap(),
+        };
+        m.rpc(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "lsp_e2e", "version": "0"}}),
+        );
+        m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        m
+    }
+
+    fn send(&mut self, v: Value) {
+        writeln!(self.stdin, "{v}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn rpc(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "the server closed stdout"
+            );
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v.get("id") == Some(&json!(id)) {
+                return v;
+            }
+        }
+    }
+
+    /// Call `tool`; its text, and whether it is an error.
+    fn call(&mut self, tool: &str, args: Value) -> (String, bool) {
+        let v = self.rpc("tools/call", json!({"name": tool, "arguments": args}));
+        let r = &v["result"];
+        let text = r["content"]
+            .as_array()
+            .map(|c| {
+                c.iter()
+                    .filter_map(|b| b["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_else(|| v.to_string());
+        (text, r["isError"] == json!(true))
+    }
+
+    fn ok(&mut self, tool: &str, args: Value) -> String {
+        let (text, err) = self.call(tool, args.clone());
+        assert!(!err, "{tool} {args} failed: {text}");
+        text
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.ws.join(rel)
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether `program` is on PATH; where CI installed it (TOOLYARD_LSP_REQUIRE=1), missing
+/// is a failure, not a skip.
+fn on_path(program: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
+    assert!(
+        found || std::env::var_os("TOOLYARD_LSP_REQUIRE").is_none(),
+        "{program} is not on PATH, and TOOLYARD_LSP_REQUIRE is set"
+    );
+    found
+}
+
+/// Whether the no-net sandbox can be applied here (a user namespace for the network one).
+fn sandbox_works() -> bool {
+    let t = tempfile::tempdir().unwrap();
+    Command::new(common::toolyard_bin())
+        .args(["lane-exec", "--workspace"])
+        .arg(t.path())
+        .args(["--", "true"])
+        .env("TOOLYARD_STATE_DIR", t.path().join("state"))
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+const WAIT: &str = "[lsp]\nwait_ms = 60000\n";
+
+#[test]
+fn python_type_errors_come_back_in_the_edit_that_made_them_and_the_fix_resolves_them() {
+    if !on_path("pyright-langserver") {
+        eprintln!("SKIPPED: pyright-langserver is not on PATH (scripts/test.sh installs it)");
+        return;
+    }
+    let src = "def total(xs: list[int]) -> int:\n    return sum(xs)\n\nunknown_thing\n";
+    let mut m = Mcp::start(&[("app.py", src)], Some(WAIT), &[]);
+    m.ok("read_file", json!({"path": "app.py"}));
+    // The read started the server; a model thinks before it edits, and by then the server has
+    // looked at the file. This waits for that look.
+    let r = m.ok("diagnostics", json!({"path": "app.py"}));
+    assert!(r.contains("app.py:4:1"), "{r}");
+    let r = m.ok(
+        "edit_file",
+        json!({"path": "app.py", "old_string": "return sum(xs)", "new_string": "return sum(xs) + \"1\""}),
+    );
+    assert!(r.contains("new problem(s)"), "{r}");
+    assert!(r.contains("app.py:2:"), "the problem's line: {r}");
+    assert!(r.contains("return sum(xs) + \"1\""), "the line's text: {r}");
+    assert!(
+        !r.contains("app.py:4:"),
+        "the problem that was there before is not repeated: {r}"
+    );
+    let r = m.ok(
+        "edit_file",
+        json!({"path": "app.py", "old_string": "return sum(xs) + \"1\"", "new_string": "return sum(xs) + 1"}),
+    );
+    assert!(r.contains("resolved 1 problem(s): app.py:2"), "{r}");
+    assert!(r.contains("no new problems"), "{r}");
+    // A command changes it behind the tools' back; diagnostics sees it.
+    m.ok(
+        "run_command",
+        json!({"command": "sed -i 's/sum(xs) + 1/sum(xs) + None/' app.py"}),
+    );
+    let r = m.ok("diagnostics", json!({"path": "app.py"}));
+    assert!(r.contains("app.py:2:") && r.contains("None"), "{r}");
+}
+
+#[test]
+fn a_server_that_never_answers_is_still_checking_and_a_killed_one_comes_back() {
+    if !sandbox_works() {
+        eprintln!("SKIPPED: the no-net sandbox cannot be applied here (no user namespaces)");
+        return;
+    }
+    let catalog = "[lsp]\nwait_ms = 500\n[lsp.python]\ncommand = [\"sh\", \"-c\", \"exec cat > /dev/null\"]\n";
+    let mut m = Mcp::start(&[("a.py", "x = 1\n")], Some(catalog), &[]);
+    m.ok("read_file", json!({"path": "a.py"}));
+    let r = m.ok("write_file", json!({"path": "a.py", "content": "x = 2\n"}));
+    assert!(
+        r.contains("still checking") && r.contains("diagnostics {\"path\": \"a.py\"}"),
+        "{r}"
+    );
+    assert!(!r.contains("no problems"), "{r}");
+    // Kill the fake server (its whole group): the next change says it was restarted.
+    let pids = String::from_utf8(
+        Command::new("pgrep")
+            .args(["-f", "exec cat > /dev/null"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let ours: Vec<i32> = pids
+        .lines()
+        .filter_map(|p| p.trim().parse().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/environ"))
+                .map(|e| e.contains(m.ws.parent().unwrap().to_str().unwrap()))
+                .unwrap_or(true)
+        })
+        .collect();
+    assert!(!ours.is_empty(), "the fake server runs");
+    for p in ours {
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let r = m.ok("write_file", json!({"path": "a.py", "content": "x = 3\n"}));
+    assert!(r.contains("had stopped") && r.contains("restarted"), "{r}");
+    assert!(r.contains("still checking"), "{r}");
+}
+
+#[test]
+fn a_rust_edit_that_breaks_the_crate_reports_the_compiler_error() {
+    if !on_path("cargo") {
+        eprintln!("SKIPPED: cargo is not on PATH");
+        return;
+    }
+    let toml = "[package]\nname = \"t\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[workspace]\n";
+    let catalog = "[lsp]\nwait_ms = 120000\n[lsp.rust]\ncommand = []\n";
+    let mut m = Mcp::start(
+        &[
+            ("Cargo.toml", toml),
+            ("src/lib.rs", "pub fn f() -> u32 {\n    1\n}\n"),
+        ],
+        Some(catalog),
+        &[],
+    );
+    m.ok("read_file", json!({"path": "src/lib.rs"}));
+    let r = m.ok(
+        "edit_file",
+        json!({"path": "src/lib.rs", "old_string": "    1\n", "new_string": "    \"one\"\n"}),
+    );
+    assert!(r.contains("src/lib.rs:2:5: error [E0308]"), "{r}");
+    assert!(r.contains("\"one\""), "the line's text: {r}");
+}
+
+#[test]
+fn python_navigation_and_a_rename_across_three_files_undone_at_once() {
+    if !on_path("pyright-langserver") {
+        eprintln!("SKIPPED: pyright-langserver is not on PATH (scripts/test.sh installs it)");
+        return;
+    }
+    let files = [
+        ("lib.py", "def helper(n: int) -> int:\n    return n * 2\n"),
+        (
+            "a.py",
+            "from lib import helper\n\n\ndef run() -> int:\n    return helper(1)\n",
+        ),
+        ("b.py", "from lib import helper\n\nprint(helper(2))\n"),
+    ];
+    let mut m = Mcp::start(&files, Some(WAIT), &[]);
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "goToDefinition", "path": "a.py", "line": 5, "character": 13}),
+    );
+    assert!(r.contains("lib.py:1:5") && r.contains("def helper"), "{r}");
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "findReferences", "path": "lib.py", "line": 1, "character": 5}),
+    );
+    for want in ["lib.py:1:5", "a.py:1:17", "a.py:5:12", "b.py:3:7"] {
+        assert!(r.contains(want), "{want} in {r}");
+    }
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "hover", "path": "a.py", "line": 5, "character": 13}),
+    );
+    assert!(r.contains("helper") && r.contains("int"), "{r}");
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "documentSymbol", "path": "a.py"}),
+    );
+    assert!(r.contains("function run (line 4-5)"), "{r}");
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "workspaceSymbol", "path": "a.py", "query": "helper"}),
+    );
+    assert!(r.contains("lib.py:1:5"), "{r}");
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "incomingCalls", "path": "lib.py", "line": 1, "character": 5}),
+    );
+    assert!(r.contains("run") && r.contains("a.py:5:12"), "{r}");
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "outgoingCalls", "path": "a.py", "line": 4, "character": 5}),
+    );
+    assert!(r.contains("helper") && r.contains("lib.py:1:5"), "{r}");
+    let r = m.ok("outline", json!({"path": "lib.py"}));
+    assert!(r.contains("function helper (line 1-2)"), "{r}");
+
+    let r = m.ok(
+        "rename_symbol",
+        json!({"path": "lib.py", "line": 1, "character": 5, "new_name": "doubled"}),
+    );
+    assert!(r.contains("in 3 file(s), one change"), "{r}");
+    for (p, _) in files {
+        let text = std::fs::read_to_string(m.path(p)).unwrap();
+        assert!(
+            text.contains("doubled") && !text.contains("helper"),
+            "{p}: {text}"
+        );
+    }
+    let r = m.ok("undo", json!({}));
+    assert!(r.contains("3"), "one undo reverts every file: {r}");
+    for (p, text) in files {
+        assert_eq!(
+            std::fs::read_to_string(m.path(p)).unwrap(),
+            text,
+            "{p} is back"
+        );
+    }
+    let (r, err) = m.call(
+        "rename_symbol",
+        json!({"path": "lib.py", "line": 2, "character": 1, "new_name": "x"}),
+    );
+    assert!(err, "no symbol at a line's indentation: {r}");
+}
+
+#[test]
+fn typescript_navigation_gives_the_right_lines() {
+    if !on_path("typescript-language-server") {
+        eprintln!(
+            "SKIPPED: typescript-language-server is not on PATH (scripts/test.sh installs it)"
+        );
+        return;
+    }
+    let files = [
+        (
+            "tsconfig.json",
+            "{\"compilerOptions\": {\"strict\": true}}\n",
+        ),
+        (
+            "src/shape.ts",
+            "export interface Shape {\n  area(): number;\n}\n\nexport class Square implements Shape {\n  constructor(private s: number) {}\n  area(): number {\n    return this.s * this.s;\n  }\n}\n",
+        ),
+        (
+            "src/main.ts",
+            "import { Square } from \"./shape\";\n\nconst sq = new Square(2);\nconsole.log(sq.area());\n",
+        ),
+    ];
+    let mut m = Mcp::start(&files, Some(WAIT), &[]);
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "goToDefinition", "path": "src/main.ts", "line": 4, "character": 16}),
+    );
+    assert!(r.contains("src/shape.ts:7:3"), "{r}");
+    let r = m.ok("lsp", json!({"operation": "goToImplementation", "path": "src/shape.ts", "line": 1, "character": 18}));
+    assert!(r.contains("src/shape.ts:5:14"), "{r}");
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "findReferences", "path": "src/shape.ts", "line": 5, "character": 14}),
+    );
+    assert!(
+        r.contains("src/main.ts:1:10") && r.contains("src/main.ts:3:16"),
+        "{r}"
+    );
+    m.ok("read_file", json!({"path": "src/main.ts"}));
+    let r = m.ok(
+        "edit_file",
+        json!({"path": "src/main.ts", "old_string": "new Square(2)", "new_string": "new Square(\"2\")"}),
+    );
+    assert!(r.contains("src/main.ts:3:") && r.contains("error"), "{r}");
+}
+
+#[test]
+fn a_language_server_cannot_reach_the_network_ssh_keys_or_outside_the_workspace() {
+    if !sandbox_works() {
+        eprintln!("SKIPPED: the no-net sandbox cannot be applied here (no user namespaces)");
+        return;
+    }
+    // The "server" is a script of the project: it tries, writes what happened into the
+    // workspace, then serves nothing.
+    let t = tempfile::tempdir().unwrap();
+    let outside = t.path().join("outside.txt");
+    let script = format!(
+        "#!/bin/sh\n\
+         (exec 3<>/dev/tcp/1.1.1.1/80 && echo NET-OPEN || echo net-refused) > report.txt 2>&1\n\
+         (cat \"$HOME/.ssh/id_ed25519\" && echo SSH-READ || echo ssh-refused) >> report.txt 2>&1\n\
+         (echo x > {} && echo OUTSIDE-WRITTEN || echo outside-refused) >> report.txt 2>&1\n\
+         echo done >> report.txt\n\
+         exec cat > /dev/null\n",
+        outside.display()
+    );
+    let catalog = "[lsp]\nwait_ms = 300\n[lsp.python]\ncommand = [\"bash\", \"evil-server.sh\"]\n";
+    let mut m = Mcp::start(
+        &[("evil-server.sh", &script), ("a.py", "x = 1\n")],
+        Some(catalog),
+        &[],
+    );
+    let home = m.ws.parent().unwrap().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), "SECRET KEY\n").unwrap();
+    m.ok("read_file", json!({"path": "a.py"}));
+    m.ok("write_file", json!({"path": "a.py", "content": "x = 2\n"}));
+    let report = m.path("report.txt");
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = std::fs::read_to_string(&report).unwrap_or_default();
+        if text.contains("done") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(text.contains("net-refused"), "{text}");
+    assert!(
+        text.contains("ssh-refused") && !text.contains("SECRET"),
+        "{text}"
+    );
+    assert!(text.contains("outside-refused"), "{text}");
+    assert!(!outside.exists());
+}
+
+#[test]
+fn codex_apply_patch_and_undo_report_their_diagnostics() {
+    if !on_path("pyright-langserver") {
+        eprintln!("SKIPPED: pyright-langserver is not on PATH (scripts/test.sh installs it)");
+        return;
+    }
+    let src = "def half(n: int) -> float:\n    return n / 2\n";
+    let mut m = Mcp::start(&[("calc.py", src)], Some(WAIT), &["--dialect", "codex"]);
+    let r = m.ok("diagnostics", json!({"path": "calc.py"}));
+    assert!(r.contains("calc.py: no problems"), "{r}");
+    let patch = "*** Begin Patch\n*** Update File: calc.py\n@@\n-    return n / 2\n+    return n.upper()\n*** End Patch";
+    let r = m.ok("apply_patch", json!({"input": patch}));
+    assert!(
+        r.contains("new problem(s)") && r.contains("calc.py:2:"),
+        "{r}"
+    );
+    assert!(r.contains("return n.upper()"), "the line's text: {r}");
+    let r = m.ok("undo", json!({}));
+    assert!(r.contains("resolved") && r.contains("calc.py:2"), "{r}");
+}
