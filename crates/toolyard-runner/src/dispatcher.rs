@@ -457,30 +457,23 @@ impl Dispatcher {
                 let spec = self.spec(entry.engine);
                 let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
                 let bound = backstop(&ctx, limit);
+                let after = toolyard_tools::lsp::path_args(&args);
                 let run = async { entry.tool.invoke_checked(args, &ctx).await.into() };
-                on_blocking_thread(|| runtime.block_on(settle(run, &ctx.cancel, bound)))
+                let mut result =
+                    on_blocking_thread(|| runtime.block_on(settle(run, &ctx.cancel, bound)));
+                // A read opens its file with its server in the background; nothing here waits.
+                toolyard_tools::lsp::after_call(
+                    &self.env,
+                    entry.engine,
+                    &ctx.session_id,
+                    &after,
+                    &mut result,
+                );
+                result
             }
             Err(e) => e.into(),
         };
-<<<<<<< HEAD
         self.repeats.note(&session, &tool, &call_args, &mut result);
-=======
-        let call_id = self.next_call_id();
-        let spec = self.spec(entry.engine);
-        let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
-        let bound = backstop(&ctx, limit);
-        let after = toolyard_tools::lsp::path_args(&args);
-        let run = async { entry.tool.invoke_checked(args, &ctx).await.into() };
-        let mut result = on_blocking_thread(|| runtime.block_on(settle(run, &ctx.cancel, bound)));
-        // A read opens its file with its server in the background; nothing here waits.
-        toolyard_tools::lsp::after_call(
-            &self.env,
-            entry.engine,
-            &ctx.session_id,
-            &after,
-            &mut result,
-        );
->>>>>>> lsp
         result
     }
 
