@@ -205,13 +205,27 @@ def test_tool_result_serializes_to_json_for_model_consumption(registry: ToolRegi
                                            "files_changed": ["x"], "error": None}
 
 
+def valid_args(parameters: dict) -> dict:
+    """Arguments that pass `parameters` (each required property, a value of its type), so the
+    call gets past validation to the tool itself."""
+    samples = {"string": "a", "integer": 1, "number": 1, "boolean": False, "array": [], "object": {}}
+    props = parameters.get("properties", {})
+    out = {}
+    for name in parameters.get("required", []):
+        prop = props.get(name, {})
+        if prop.get("enum"):
+            out[name] = next(v for v in prop["enum"] if v is not None)
+            continue
+        kind = prop.get("type", "string")
+        kind = next(k for k in kind if k != "null") if isinstance(kind, list) else kind
+        out[name] = samples.get(kind, "a")
+    return out
+
+
 def test_tools_work_gracefully_when_workspace_is_none(registry: ToolRegistry):
     for schema in registry.all_schemas():
         name = schema["function"]["name"]
-        args = {"read_file": {"path": "a"}, "write_file": {"path": "a", "content": ""},
-                "edit_file": {"path": "a", "old_str": "x", "new_str": "y"},
-                "shell_execute": {"command": "true"}, "search_files": {"pattern": "x"}}.get(
-                    name, {})
+        args = valid_args(schema["function"]["parameters"])
         r = run(registry.execute(name, args, workspace=None))
         assert isinstance(r, ToolResult) and not r.success, name
         assert "workspace" in r.error, r.error
