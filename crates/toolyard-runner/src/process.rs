@@ -65,6 +65,13 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
     };
     // Held until this function returns: dropping it empties the dir.
     let temp = RunnerTempDir::claim(&state.tmp_dir(), args.lane)?;
+    // The store of what commands may change (see `toolyard_tools::capture`), private to this
+    // runner as its temp dir is, and out of its commands' sight.
+    let capture_root = state.path().join("capture");
+    let capture = std::fs::create_dir_all(&capture_root)
+        .map_err(|e| ToolError::Io(format!("{}: {e}", capture_root.display())))
+        .and_then(|()| RunnerTempDir::claim(&capture_root, args.lane))?;
+    toolyard_tools::capture::set_store_dir(capture.path().to_path_buf());
     let temp_dir = temp.path().to_path_buf();
     let config: SandboxConfig = catalog.section("sandbox").map_err(bad)?;
     let lanes: LanesConfig = catalog.section("lanes").map_err(bad)?;
@@ -73,7 +80,11 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
     // Commands can neither read nor write Toolyard's state; the runner writes its spill files
     // and moves what a command did to protected paths into the quarantine.
     policy.state_dir = Some(state.path().to_path_buf());
-    policy.runner_write = vec![state.outputs_dir(), state.quarantine_dir()];
+    policy.runner_write = vec![
+        state.outputs_dir(),
+        state.quarantine_dir(),
+        capture.path().to_path_buf(),
+    ];
     policy.command_read = vec![state.outputs_dir()];
     // The protected paths that exist now are held read-only; git's own config files stay
     // writable (`git config` replaces them by a rename) and are repaired after each command.
@@ -551,6 +562,54 @@ impl Records for RemoteRecords {
             .map(drop)
     }
 
+    async fn journal_command(
+        &self,
+        cmd: toolyard_workspace::CommandRecord<'_>,
+    ) -> Result<Option<i64>, ToolError> {
+        use base64::Engine;
+        let mut entries = Vec::with_capacity(cmd.entries.len());
+        let mut content = Vec::new();
+        for e in cmd.entries {
+            let mut entry = e.clone();
+            let bytes = std::mem::take(&mut entry.old_content);
+            content.extend_from_slice(&bytes);
+            entries.push(crate::protocol::CommandEntryWire {
+                entry,
+                len: bytes.len() as u64,
+            });
+        }
+        let upload = if content.is_empty() {
+            None
+        } else {
+            let upload = format!(
+                "{}-{}",
+                std::process::id(),
+                self.next.fetch_add(1, Ordering::Relaxed)
+            );
+            for (seq, part) in content.chunks(PART_BYTES).enumerate() {
+                self.ask(RecordOp::PreImagePart {
+                    session: cmd.session.into(),
+                    upload: upload.clone(),
+                    seq: seq as u64,
+                    data: base64::engine::general_purpose::STANDARD.encode(part),
+                })
+                .await?;
+            }
+            Some(upload)
+        };
+        self.ask(RecordOp::JournalCommand {
+            session: cmd.session.into(),
+            call_id: cmd.call_id.into(),
+            tool: cmd.tool.into(),
+            command: cmd.command.into(),
+            entries,
+            skipped: cmd.skipped.to_vec(),
+            upload,
+            since: cmd.since,
+        })
+        .await
+    }
+
     async fn undo_last_of_path(
         &self,
         session: &str,
@@ -881,7 +940,8 @@ async fn run_job(
     tokio::select! {
         // The dispatcher checked the arguments and decided `timeout_ms`; a bad argument is
         // still an error result here, never a crash.
-        r = tool.invoke_checked(job.args, &ctx) => r.into(),
+        // The tool's name goes with the call, for what its commands change (`capture`).
+        r = toolyard_tools::capture::TOOL.scope(job.tool.clone(), tool.invoke_checked(job.args, &ctx)) => r.into(),
         // A tool that ignores its token still ends here; command tools kill their tree first.
         _ = async { cancel.cancelled().await; tokio::time::sleep(Duration::from_secs(3)).await } => {
             ToolError::Cancelled.into()

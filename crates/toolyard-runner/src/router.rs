@@ -862,6 +862,7 @@ fn claim_is_owned(
         | RecordOp::CheckWrite { session, .. }
         | RecordOp::RecordWrite { session, .. }
         | RecordOp::JournalBegin { session, .. }
+        | RecordOp::JournalCommand { session, .. }
         | RecordOp::PreImagePart { session, .. }
         | RecordOp::RollBack { session, .. }
         | RecordOp::UndoLast { session, .. } => session,
@@ -1021,6 +1022,54 @@ async fn apply_record(
         }
         RecordOp::JournalEnd { change, done } => {
             records.journal_end(change, done).await.map(|_| None)
+        }
+        RecordOp::JournalCommand {
+            session,
+            call_id,
+            tool,
+            command,
+            entries,
+            skipped,
+            upload,
+            since,
+        } => {
+            let content = match &upload {
+                Some(upload) => uploads().take(upload).ok_or_else(|| {
+                    ToolError::InvalidArguments(format!(
+                        "the runner named upload {upload} for a command's changes, which it never sent whole; nothing was journaled"
+                    ))
+                })?,
+                None => Vec::new(),
+            };
+            let total: u64 = entries.iter().map(|e| e.len).sum();
+            if total != content.len() as u64 {
+                return Err(ToolError::InvalidArguments(format!(
+                    "a command's previous contents are {} bytes, its entries name {total}; nothing was journaled",
+                    content.len()
+                )));
+            }
+            let mut list = Vec::with_capacity(entries.len());
+            let mut at = 0usize;
+            for e in entries {
+                rel(&e.entry.path)?;
+                // The lengths sum to the content's (checked above), so this stays in bounds.
+                let end = at + usize::try_from(e.len).unwrap_or(0);
+                let mut entry = e.entry;
+                entry.old_content = content.get(at..end).unwrap_or_default().to_vec();
+                at = end;
+                list.push(entry);
+            }
+            records
+                .journal_command(toolyard_workspace::CommandRecord {
+                    session: &session,
+                    call_id: &call_id,
+                    tool: &tool,
+                    command: &command,
+                    entries: &list,
+                    skipped: &skipped,
+                    since,
+                })
+                .await
         }
         RecordOp::UndoLast { .. } | RecordOp::RollBack { .. } => {
             Err(ToolError::Io("internal: an undo in apply_record".into()))

@@ -16,7 +16,10 @@ mod state;
 pub use confine::{Expect, Protection, RelPath, Staged, Workspace, WriteOutcome};
 pub use hash::{ContentHash, hash_bytes, hash_reader};
 pub use journal::{
-    CHUNK_SIZE, Change, ChangeFilter, ChangeId, ChangeStatus, DEFAULT_MAX_AGE_DAYS,
+    CHUNK_SIZE, Change, ChangeFilter, ChangeId, ChangeStatus, CommandCall, CommandEntry,
+    CommandRecord, CommandsConfig, DEFAULT_EXCLUDED, DEFAULT_MAX_AGE_DAYS, DEFAULT_MAX_CALL_BYTES,
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_STORE_BYTES, DIR_HASH, EntryKind, SYMLINK_HASH_PREFIX, Skipped,
+    state_at, symlink_hash,
     DEFAULT_MAX_BYTES, DEFAULT_MAX_CHANGES, Journal, JournalConfig, NewChange, PreImage, UNDO_TOOL,
     UndoOutcome, UndoVerdict, remove_stale_temps,
 };

@@ -1,0 +1,1015 @@
+//! What commands change in the workspace, journaled so `undo` reverts it.
+//!
+//! The design: a content-addressed store of the workspace's current files, kept warm with a
+//! stat cache (as git's index is). The first capture reads every file in scope once into the
+//! store; before each command a stat walk (no reads) refreshes it, reading only the files whose
+//! stat changed since; after the command a second stat walk finds what the command created,
+//! changed (content or mode) or removed. Those entries become one journal group, with exact
+//! previous states taken from the store, shipped to the server's journal through [`Records`]
+//! (over the link when this runs in a runner, as a patch's group is).
+//!
+//! Why not an overlay: it needs a mount namespace, which the confined modes (Landlock only, no
+//! user namespaces) do not have, and a merge step that a command killed by a timeout leaves
+//! undone. The stat walk works wherever commands run, costs a `getdents` and an `fstatat` per
+//! entry, and reads nothing for a command that changes nothing.
+//!
+//! Attribution: whatever changed in scope between the walk before and the walk after is the
+//! command's, including what another program (an editor, a second command) changed meanwhile;
+//! the undo's compare-and-swap then refuses to revert a file changed again since.
+//!
+//! The store lives in a directory only the runner can write and its commands cannot see; every
+//! file in it is opened without following symlinks. It is private to one runner process
+//! (`<state>/capture/<lane>-<pid>`) and pruned to the contents its index still names.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+use toolyard_core::ToolError;
+use toolyard_workspace::{
+    CommandEntry, CommandRecord, CommandsConfig, DEFAULT_EXCLUDED, DEFAULT_MAX_CALL_BYTES,
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_STORE_BYTES, DIR_HASH, JournalConfig, Skipped,
+    symlink_hash,
+};
+
+use crate::ToolEnv;
+
+/// Timestamps closer than this to a walk's start may not show a change made in the same
+/// clock tick (Linux stamps files with a coarse clock): such files are hashed again after.
+const RACY_NS: i128 = 50_000_000;
+
+/// Walker threads (the machine's cores, at most this many).
+const MAX_WALKERS: usize = 4;
+
+/// The scope of the capture, from `[journal.commands]`.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// Directory names left out, with why.
+    exclude: HashMap<String, String>,
+    /// The state directory's path relative to the root, when it lies inside the workspace.
+    state_rel: Option<String>,
+    max_file: u64,
+    max_call: u64,
+    max_store: u64,
+}
+
+impl Scope {
+    /// The scope the catalog sets (`None`: command journaling is off).
+    pub fn of(env: &ToolEnv) -> Result<Option<Self>, ToolError> {
+        let config: JournalConfig = env
+            .catalog
+            .section("journal")
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let c: CommandsConfig = config.commands;
+        if c.enabled == Some(false) {
+            return Ok(None);
+        }
+        let exclude = match &c.exclude {
+            Some(list) => list
+                .iter()
+                .map(|n| {
+                    let reason = DEFAULT_EXCLUDED
+                        .iter()
+                        .find(|(d, _)| d == n)
+                        .map_or("excluded by [journal.commands] exclude", |(_, why)| why);
+                    (n.trim_end_matches('/').to_string(), reason.to_string())
+                })
+                .collect(),
+            None => DEFAULT_EXCLUDED
+                .iter()
+                .map(|(n, why)| (n.to_string(), why.to_string()))
+                .collect(),
+        };
+        let state_rel = env
+            .state
+            .path()
+            .strip_prefix(env.workspace.root())
+            .ok()
+            .and_then(|p| p.to_str())
+            .map(str::to_string);
+        Ok(Some(Self {
+            exclude,
+            state_rel,
+            max_file: c.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES),
+            max_call: c.max_call_bytes.unwrap_or(DEFAULT_MAX_CALL_BYTES),
+            max_store: c.max_store_bytes.unwrap_or(DEFAULT_MAX_STORE_BYTES),
+        }))
+    }
+
+    /// Why the directory `rel` (named `name`) is left out, if it is.
+    fn excluded(&self, rel: &str, name: &str) -> Option<String> {
+        if self.state_rel.as_deref() == Some(rel) {
+            return Some("Toolyard's own state".into());
+        }
+        self.exclude
+            .get(name)
+            .map(|why| format!("excluded directory ({why})"))
+    }
+}
+
+/// What the stat walk saw of one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    kind: Kind,
+    size: u64,
+    mtime: i128,
+    ctime: i128,
+    ino: u64,
+    mode: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Symlink,
+    Dir,
+    /// A FIFO, socket or device: never read.
+    Special,
+}
+
+/// One entry of a snapshot: its stat and, once known, its state hash.
+#[derive(Debug, Clone)]
+struct Entry {
+    stat: Stat,
+    /// The state hash (content hash, [`symlink_hash`], [`DIR_HASH`]); `None` when unknown
+    /// (a special file, or a file that could not be read).
+    hash: Option<String>,
+    /// A symlink's target.
+    link: Option<Vec<u8>>,
+    /// Its content is in the store.
+    stored: bool,
+    /// Its timestamps were too recent to trust: hashed again after the command.
+    racy: bool,
+}
+
+/// The workspace as one walk saw it.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    entries: HashMap<String, Entry>,
+    /// Excluded directories found, with their stat and why they are out.
+    excluded: HashMap<String, (Stat, String)>,
+}
+
+/// The runner's warm state: the latest snapshot and its store.
+struct Index {
+    root: PathBuf,
+    last: Arc<Snapshot>,
+    store: Store,
+    /// Captures in flight (their snapshots keep store contents the index may have dropped).
+    live: usize,
+}
+
+tokio::task_local! {
+    /// The tool of the call running on this task (set by the runner around each job), for
+    /// attribution.
+    pub static TOOL: String;
+}
+
+/// The tool the current call runs, or `command` when no runner set it.
+pub fn current_tool() -> String {
+    TOOL.try_with(Clone::clone)
+        .unwrap_or_else(|_| "command".to_string())
+}
+
+/// A process's capture (answered while running, or started in the background), checked at
+/// each call that reads or drives it.
+struct Adopted {
+    capture: Capture,
+    command: String,
+}
+
+static PROCS: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<Adopted>>>>> = OnceLock::new();
+
+fn procs() -> std::sync::MutexGuard<'static, HashMap<String, Arc<tokio::sync::Mutex<Adopted>>>> {
+    PROCS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Keep `capture` for process `id` (running `command`): its changes are journaled at each
+/// [`checkpoint_process`].
+pub fn adopt(id: &str, capture: Capture, command: &str) {
+    procs().insert(
+        id.to_string(),
+        Arc::new(tokio::sync::Mutex::new(Adopted {
+            capture,
+            command: command.to_string(),
+        })),
+    );
+}
+
+/// Journal what process `id` changed since its last checkpoint, attributed to the current
+/// call (`session`, `call_id`); `ended`: the process is over, its capture goes. The line
+/// for the result, if it changed anything.
+pub async fn checkpoint_process(
+    env: &ToolEnv,
+    id: &str,
+    session: &str,
+    call_id: &str,
+    ended: bool,
+) -> Option<String> {
+    let adopted = procs().get(id).cloned()?;
+    let line = {
+        let mut a = adopted.lock().await;
+        let tool = current_tool();
+        let Adopted { capture, command } = &mut *a;
+        let who = Attribution {
+            session,
+            call_id,
+            tool: &tool,
+            command,
+        };
+        capture.checkpoint(env, who).await.line()
+    };
+    if ended {
+        procs().remove(id);
+    }
+    line
+}
+
+static INDEX: OnceLock<Mutex<Option<Index>>> = OnceLock::new();
+static STORE_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Where this process keeps its store (a runner sets its private directory at start; else a
+/// directory of its own under the state directory).
+pub fn set_store_dir(dir: PathBuf) {
+    let _ = STORE_DIR.set(dir);
+}
+
+fn index() -> std::sync::MutexGuard<'static, Option<Index>> {
+    INDEX
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// The content-addressed store: `<dir>/<hash>`, written by temp file and rename.
+struct Store {
+    dir: PathBuf,
+    fd: Option<OwnedFd>,
+    bytes: u64,
+    /// The hashes it holds, with their sizes.
+    held: HashMap<String, u64>,
+}
+
+impl Store {
+    fn open(dir: PathBuf) -> Self {
+        let _ = std::fs::create_dir_all(&dir);
+        let fd = rustix::fs::open(
+            &dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "no store for command undo"))
+        .ok();
+        // Whatever an earlier process of the same id left is not known: start empty.
+        if let Some(fd) = &fd
+            && let Ok(entries) = std::fs::read_dir(&dir)
+        {
+            for e in entries.flatten() {
+                let _ = rustix::fs::unlinkat(fd, e.file_name().as_os_str(), AtFlags::empty());
+            }
+        }
+        Self {
+            dir,
+            fd,
+            bytes: 0,
+            held: HashMap::new(),
+        }
+    }
+
+    fn has(&self, hash: &str) -> bool {
+        self.held.contains_key(hash)
+    }
+
+    /// Keep `bytes` (whose hash is `hash`); false when the store is full or unwritable.
+    fn put(&mut self, hash: &str, bytes: &[u8], max: u64) -> bool {
+        if self.has(hash) {
+            return true;
+        }
+        let Some(fd) = &self.fd else { return false };
+        if self.bytes + bytes.len() as u64 > max {
+            return false;
+        }
+        let tmp = format!("{hash}.tmp");
+        let written = (|| -> std::io::Result<()> {
+            let file = rustix::fs::openat(
+                fd,
+                tmp.as_str(),
+                OFlags::WRONLY
+                    | OFlags::CREATE
+                    | OFlags::TRUNC
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )?;
+            let mut file = std::fs::File::from(file);
+            file.write_all(bytes)?;
+            rustix::fs::renameat(fd, tmp.as_str(), fd, hash)?;
+            Ok(())
+        })();
+        match written {
+            Ok(()) => {
+                self.bytes += bytes.len() as u64;
+                self.held.insert(hash.to_string(), bytes.len() as u64);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(dir = %self.dir.display(), error = %e, "cannot store a file's content");
+                let _ = rustix::fs::unlinkat(fd, tmp.as_str(), AtFlags::empty());
+                false
+            }
+        }
+    }
+
+    fn get(&self, hash: &str) -> Option<Vec<u8>> {
+        let fd = self.fd.as_ref()?;
+        let file = rustix::fs::openat(
+            fd,
+            hash,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let mut out = Vec::new();
+        std::fs::File::from(file).read_to_end(&mut out).ok()?;
+        (toolyard_workspace::hash_bytes(&out) == hash).then_some(out)
+    }
+
+    /// Drop every content no snapshot in `keep` names.
+    fn prune(&mut self, keep: &[&Snapshot]) {
+        let Some(fd) = &self.fd else { return };
+        let wanted: HashSet<&str> = keep
+            .iter()
+            .flat_map(|s| s.entries.values())
+            .filter(|e| e.stored)
+            .filter_map(|e| e.hash.as_deref())
+            .collect();
+        let gone: Vec<String> = self
+            .held
+            .keys()
+            .filter(|h| !wanted.contains(h.as_str()))
+            .cloned()
+            .collect();
+        for h in gone {
+            let _ = rustix::fs::unlinkat(fd, h.as_str(), AtFlags::empty());
+            if let Some(n) = self.held.remove(&h) {
+                self.bytes -= n;
+            }
+        }
+    }
+}
+
+/// A command's capture in flight: the snapshot before it.
+pub struct Capture {
+    before: Arc<Snapshot>,
+    /// When the snapshot before was taken (Unix seconds): changes the journal holds from
+    /// since then (a file tool's) are not journaled twice.
+    since: f64,
+    scope: Scope,
+    root: PathBuf,
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        if let Some(ix) = index().as_mut()
+            && ix.root == self.root
+        {
+            ix.live = ix.live.saturating_sub(1);
+        }
+    }
+}
+
+/// What a capture found and journaled, for the call's result.
+#[derive(Debug, Default, Clone)]
+pub struct Captured {
+    /// The first change of the group (undo it to undo them all).
+    pub first: Option<i64>,
+    /// Paths created, changed, removed.
+    pub added: usize,
+    /// Changed in content or mode.
+    pub changed: usize,
+    /// Removed.
+    pub removed: usize,
+    /// Out of scope.
+    pub skipped: Vec<Skipped>,
+    /// Journaling failed: why (the changes stand, but cannot be undone).
+    pub failed: Option<String>,
+}
+
+impl Captured {
+    /// The line the result ends with ("3 files changed, 1 removed: undo with undo {...}"),
+    /// or `None` when the call changed nothing.
+    pub fn line(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        let total = self.added + self.changed + self.removed;
+        let noun = |n: usize| if n == 1 { "file" } else { "files" };
+        let mut first_noun = true;
+        for (n, what) in [
+            (self.added, "added"),
+            (self.changed, "changed"),
+            (self.removed, "removed"),
+        ] {
+            if n > 0 {
+                if first_noun {
+                    parts.push(format!("{n} {} {what}", noun(total)));
+                    first_noun = false;
+                } else {
+                    parts.push(format!("{n} {what}"));
+                }
+            }
+        }
+        let mut line = String::new();
+        if !parts.is_empty() {
+            line.push_str(&parts.join(", "));
+            match (&self.failed, self.first) {
+                (Some(why), _) => line.push_str(&format!(" (not journaled: {why})")),
+                (None, Some(first)) => {
+                    line.push_str(&format!(": undo with undo {{\"change_id\": {first}}}"))
+                }
+                (None, None) => {}
+            }
+        }
+        if !self.skipped.is_empty() {
+            const SHOWN: usize = 5;
+            let mut names: Vec<String> = self
+                .skipped
+                .iter()
+                .take(SHOWN)
+                .map(|s| format!("{} ({})", s.path, s.reason))
+                .collect();
+            if self.skipped.len() > SHOWN {
+                names.push(format!("{} more (see `toolyard log`)", self.skipped.len() - SHOWN));
+            }
+            if !line.is_empty() {
+                line.push_str("; ");
+            }
+            line.push_str(&format!("not undoable: {}", names.join(", ")));
+        }
+        (!line.is_empty()).then_some(line)
+    }
+
+    /// For a result's `data`.
+    pub fn data(&self) -> serde_json::Value {
+        serde_json::json!({
+            "change_id": self.first,
+            "added": self.added,
+            "changed": self.changed,
+            "removed": self.removed,
+            "not_undoable": self.skipped,
+            "failed": self.failed,
+        })
+    }
+}
+
+fn now_ns() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
+}
+
+/// Take the snapshot a command's changes are measured from (refreshing the store with what
+/// changed since the last one). `None` when journaling commands is off or impossible here.
+pub async fn begin(env: &ToolEnv) -> Option<Capture> {
+    let scope = match Scope::of(env) {
+        Ok(Some(s)) => s,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!(error = %e, "command undo is off: bad [journal.commands]");
+            return None;
+        }
+    };
+    let root = env.workspace.root().to_path_buf();
+    let state = env.state.path().to_path_buf();
+    let work = move || {
+        let started = now_ns();
+        let mut guard = index();
+        let stale = guard.as_ref().is_none_or(|ix| ix.root != root);
+        if stale {
+            let dir = STORE_DIR.get().cloned().unwrap_or_else(|| {
+                state
+                    .join("capture")
+                    .join(format!("server-{}", std::process::id()))
+            });
+            *guard = Some(Index {
+                root: root.clone(),
+                last: Arc::default(),
+                store: Store::open(dir),
+                live: 0,
+            });
+        }
+        let ix = guard.as_mut()?;
+        let prev = ix.last.clone();
+        let snap = Arc::new(take(&root, &scope, Some(&prev), &mut ix.store, started)?);
+        ix.last = snap.clone();
+        ix.live += 1;
+        if ix.live == 1 {
+            ix.store.prune(&[&snap]);
+        }
+        Some(Capture {
+            before: snap,
+            since: started as f64 / 1e9,
+            scope,
+            root,
+        })
+    };
+    toolyard_core::blocking::blocking(work).await.ok().flatten()
+}
+
+/// Who a capture's changes are attributed to.
+#[derive(Debug, Clone, Copy)]
+pub struct Attribution<'a> {
+    /// The session.
+    pub session: &'a str,
+    /// The call.
+    pub call_id: &'a str,
+    /// The tool.
+    pub tool: &'a str,
+    /// The command line.
+    pub command: &'a str,
+}
+
+impl Capture {
+    /// Walk again, journal what changed since the snapshot before as one group attributed to
+    /// `who`, and move the snapshot on (for a process checked again later).
+    pub async fn checkpoint(&mut self, env: &ToolEnv, who: Attribution<'_>) -> Captured {
+        let before = self.before.clone();
+        let scope = self.scope.clone();
+        let root = self.root.clone();
+        let diffed = toolyard_core::blocking::blocking(move || {
+            let now = now_ns();
+            let mut guard = index();
+            let ix = guard.as_mut().filter(|ix| ix.root == root)?;
+            let after = take(&root, &scope, Some(&before), &mut ix.store, now)?;
+            let (entries, skipped) = diff(&before, &after, &scope, &ix.store);
+            let after = Arc::new(after);
+            ix.last = after.clone();
+            if ix.live <= 1 {
+                ix.store.prune(&[&after]);
+            }
+            Some((entries, skipped, after, now))
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some((entries, skipped, after, now)) = diffed else {
+            return Captured {
+                failed: Some("the workspace could not be walked".into()),
+                ..Captured::default()
+            };
+        };
+        self.before = after;
+        let since = std::mem::replace(&mut self.since, now as f64 / 1e9);
+        let mut out = Captured {
+            skipped: skipped.clone(),
+            ..Captured::default()
+        };
+        for e in &entries {
+            match (&e.old_hash, &e.new_hash) {
+                (None, _) => out.added += 1,
+                (_, None) => out.removed += 1,
+                _ => out.changed += 1,
+            }
+        }
+        if entries.is_empty() && skipped.is_empty() {
+            return out;
+        }
+        let record = CommandRecord {
+            session: who.session,
+            call_id: who.call_id,
+            tool: who.tool,
+            command: who.command,
+            entries: &entries,
+            skipped: &skipped,
+            since,
+        };
+        match env.records.journal_command(record).await {
+            Ok(first) => out.first = first,
+            Err(e) => {
+                tracing::warn!(error = %e, "a command's changes could not be journaled");
+                out.failed = Some(e.to_string());
+            }
+        }
+        out
+    }
+}
+
+/// Walk `root` within `scope`: every entry's stat, and the state hash of those whose stat
+/// differs from `prev` (read and put in the store).
+fn take(
+    root: &Path,
+    scope: &Scope,
+    prev: Option<&Snapshot>,
+    store: &mut Store,
+    started: i128,
+) -> Option<Snapshot> {
+    let root_fd = rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let walked = walk(&root_fd, scope);
+    let mut snap = Snapshot {
+        entries: HashMap::with_capacity(walked.entries.len()),
+        excluded: walked.excluded,
+    };
+    for (rel, stat, link) in walked.entries {
+        let racy = stat.mtime >= started - RACY_NS || stat.ctime >= started - RACY_NS;
+        let known = prev
+            .and_then(|p| p.entries.get(&rel))
+            .filter(|e| e.stat == stat && !e.racy && e.hash.is_some());
+        let entry = match known {
+            Some(e) => Entry { racy, ..e.clone() },
+            None => read_entry(&root_fd, &rel, stat, link, scope, store, racy),
+        };
+        snap.entries.insert(rel, entry);
+    }
+    Some(snap)
+}
+
+/// The state hash of `rel` (reading a file, storing it within the caps).
+fn read_entry(
+    root: &OwnedFd,
+    rel: &str,
+    stat: Stat,
+    link: Option<Vec<u8>>,
+    scope: &Scope,
+    store: &mut Store,
+    racy: bool,
+) -> Entry {
+    let (hash, stored) = match stat.kind {
+        Kind::Dir => (Some(DIR_HASH.to_string()), true),
+        Kind::Symlink => (link.as_deref().map(symlink_hash), true),
+        Kind::Special => (None, false),
+        Kind::File => match read_file(root, rel, scope.max_file) {
+            Some((hash, Some(bytes))) => {
+                let stored = store.put(&hash, &bytes, scope.max_store);
+                (Some(hash), stored)
+            }
+            Some((hash, None)) => (Some(hash), false),
+            None => (None, false),
+        },
+    };
+    Entry {
+        stat,
+        hash,
+        link,
+        stored,
+        racy,
+    }
+}
+
+/// Read `rel` beneath `root` without following any symlink: its hash, and its bytes when
+/// at most `max` (larger files are only hashed, streamed).
+fn read_file(root: &OwnedFd, rel: &str, max: u64) -> Option<(String, Option<Vec<u8>>)> {
+    let fd = open_beneath(root, rel)?;
+    let mut file = std::fs::File::from(fd);
+    let mut bytes = Vec::new();
+    (&mut file).take(max + 1).read_to_end(&mut bytes).ok()?;
+    if bytes.len() as u64 <= max {
+        let hash = toolyard_workspace::hash_bytes(&bytes);
+        return Some((hash, Some(bytes)));
+    }
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&bytes);
+    hasher.update_reader(&mut file).ok()?;
+    Some((hasher.finalize().to_hex().to_string(), None))
+}
+
+fn open_beneath(root: &OwnedFd, rel: &str) -> Option<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    match rustix::fs::openat2(
+        root,
+        rel,
+        flags,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
+    ) {
+        Ok(fd) => Some(fd),
+        Err(rustix::io::Errno::NOSYS) => rustix::fs::openat(root, rel, flags, Mode::empty()).ok(),
+        Err(_) => None,
+    }
+}
+
+/// What a walk found: (path, stat, symlink target) and the excluded directories.
+struct Walked {
+    entries: Vec<(String, Stat, Option<Vec<u8>>)>,
+    excluded: HashMap<String, (Stat, String)>,
+}
+
+fn stat_of(st: &rustix::fs::Stat) -> Stat {
+    let fmt = rustix::fs::FileType::from_raw_mode(st.st_mode);
+    let kind = match fmt {
+        rustix::fs::FileType::RegularFile => Kind::File,
+        rustix::fs::FileType::Symlink => Kind::Symlink,
+        rustix::fs::FileType::Directory => Kind::Dir,
+        _ => Kind::Special,
+    };
+    Stat {
+        kind,
+        size: st.st_size as u64,
+        mtime: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
+        ctime: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
+        ino: st.st_ino,
+        mode: st.st_mode & 0o7777,
+    }
+}
+
+/// A parallel stat walk of `root` (directories handed out to a few threads), never
+/// following a symlink, not descending into excluded directories.
+fn walk(root: &OwnedFd, scope: &Scope) -> Walked {
+    struct Shared {
+        queue: Vec<String>,
+        busy: usize,
+    }
+    let shared = Mutex::new(Shared {
+        queue: vec![String::new()],
+        busy: 0,
+    });
+    let cv = std::sync::Condvar::new();
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, MAX_WALKERS);
+    let results: Mutex<Walked> = Mutex::new(Walked {
+        entries: Vec::new(),
+        excluded: HashMap::new(),
+    });
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                let mut mine = Vec::new();
+                let mut excluded = Vec::new();
+                loop {
+                    let dir = {
+                        let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
+                        loop {
+                            if let Some(d) = sh.queue.pop() {
+                                sh.busy += 1;
+                                break Some(d);
+                            }
+                            if sh.busy == 0 {
+                                break None;
+                            }
+                            sh = cv.wait(sh).unwrap_or_else(|e| e.into_inner());
+                        }
+                    };
+                    let Some(dir) = dir else {
+                        cv.notify_all();
+                        break;
+                    };
+                    let mut subdirs = Vec::new();
+                    list(root, &dir, scope, &mut mine, &mut subdirs, &mut excluded);
+                    let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
+                    sh.queue.extend(subdirs);
+                    sh.busy -= 1;
+                    drop(sh);
+                    cv.notify_all();
+                }
+                let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
+                r.entries.append(&mut mine);
+                r.excluded.extend(excluded);
+            });
+        }
+    });
+    results.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The entries of directory `dir` (workspace-relative, "" for the root).
+fn list(
+    root: &OwnedFd,
+    dir: &str,
+    scope: &Scope,
+    out: &mut Vec<(String, Stat, Option<Vec<u8>>)>,
+    subdirs: &mut Vec<String>,
+    excluded: &mut Vec<(String, (Stat, String))>,
+) {
+    let fd = if dir.is_empty() {
+        rustix::fs::openat(
+            root,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+    } else {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::openat2(
+            root,
+            dir,
+            flags,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
+        ) {
+            Ok(fd) => Some(fd),
+            Err(rustix::io::Errno::NOSYS) => {
+                rustix::fs::openat(root, dir, flags, Mode::empty()).ok()
+            }
+            Err(_) => None,
+        }
+    };
+    let Some(fd) = fd else { return };
+    let Ok(mut entries) = rustix::fs::Dir::read_from(&fd) else {
+        return;
+    };
+    while let Some(Ok(e)) = entries.next() {
+        let name = e.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let Ok(name) = std::str::from_utf8(name) else {
+            // A name that is not UTF-8 cannot be journaled by path; left out.
+            continue;
+        };
+        let Ok(st) = rustix::fs::statat(fd.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        let stat = stat_of(&st);
+        let rel = if dir.is_empty() {
+            name.to_string()
+        } else {
+            format!("{dir}/{name}")
+        };
+        if stat.kind == Kind::Dir
+            && let Some(why) = scope.excluded(&rel, name)
+        {
+            excluded.push((rel, (stat, why)));
+            continue;
+        }
+        let link = (stat.kind == Kind::Symlink)
+            .then(|| rustix::fs::readlinkat(fd.as_fd(), name, Vec::new()).ok())
+            .flatten()
+            .map(|t| t.into_bytes());
+        if stat.kind == Kind::Dir {
+            subdirs.push(rel.clone());
+        }
+        out.push((rel, stat, link));
+    }
+}
+
+fn depth(p: &str) -> usize {
+    p.bytes().filter(|b| *b == b'/').count()
+}
+
+/// The entries that differ between `before` and `after`, in the order the journal applies
+/// them (removals deepest first, then the rest shallowest first), and what changed out of
+/// scope.
+fn diff(
+    before: &Snapshot,
+    after: &Snapshot,
+    scope: &Scope,
+    store: &Store,
+) -> (Vec<CommandEntry>, Vec<Skipped>) {
+    let mut entries = Vec::new();
+    let mut skipped = Vec::new();
+    let mut call_bytes = 0u64;
+    let paths: HashSet<&String> = before.entries.keys().chain(after.entries.keys()).collect();
+    for path in paths {
+        let old = before.entries.get(path);
+        let new = after.entries.get(path);
+        let same = match (old, new) {
+            (Some(o), Some(n)) => {
+                o.hash.is_some()
+                    && o.hash == n.hash
+                    && (o.stat.kind == Kind::Symlink || o.stat.mode == n.stat.mode)
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            continue;
+        }
+        let special = |e: Option<&Entry>| e.is_some_and(|e| e.stat.kind == Kind::Special);
+        if special(old) || special(new) {
+            skipped.push(Skipped {
+                path: path.clone(),
+                reason: "not a regular file, symlink or directory".into(),
+            });
+            continue;
+        }
+        if new.is_some_and(|n| n.hash.is_none()) {
+            skipped.push(Skipped {
+                path: path.clone(),
+                reason: "unreadable after the command".into(),
+            });
+            continue;
+        }
+        let (old_hash, old_mode, content) = match old {
+            None => (None, None, Vec::new()),
+            Some(o) => {
+                let Some(hash) = o.hash.clone() else {
+                    skipped.push(Skipped {
+                        path: path.clone(),
+                        reason: "was unreadable before the command".into(),
+                    });
+                    continue;
+                };
+                let content = match o.stat.kind {
+                    Kind::Dir | Kind::Special => Vec::new(),
+                    Kind::Symlink => o.link.clone().unwrap_or_default(),
+                    Kind::File => {
+                        if o.stat.size > scope.max_file {
+                            skipped.push(Skipped {
+                                path: path.clone(),
+                                reason: format!(
+                                    "over the {} per-file cap",
+                                    human(scope.max_file)
+                                ),
+                            });
+                            continue;
+                        }
+                        if call_bytes + o.stat.size > scope.max_call {
+                            skipped.push(Skipped {
+                                path: path.clone(),
+                                reason: format!(
+                                    "past the {} of previous contents kept per call",
+                                    human(scope.max_call)
+                                ),
+                            });
+                            continue;
+                        }
+                        let Some(bytes) = o.stored.then(|| store.get(&hash)).flatten() else {
+                            skipped.push(Skipped {
+                                path: path.clone(),
+                                reason: format!(
+                                    "its previous content was not kept (the store is over {})",
+                                    human(scope.max_store)
+                                ),
+                            });
+                            continue;
+                        };
+                        call_bytes += bytes.len() as u64;
+                        bytes
+                    }
+                };
+                let mode = (o.stat.kind != Kind::Symlink).then_some(o.stat.mode);
+                (Some(hash), mode, content)
+            }
+        };
+        let (new_hash, new_mode) = match new {
+            None => (None, None),
+            Some(n) => (
+                n.hash.clone(),
+                (n.stat.kind != Kind::Symlink).then_some(n.stat.mode),
+            ),
+        };
+        entries.push(CommandEntry {
+            path: path.clone(),
+            old_hash,
+            old_mode,
+            old_content: content,
+            new_hash,
+            new_mode,
+        });
+    }
+    // What an excluded directory's own stat says: it appeared, went, or its entries changed.
+    let names: HashSet<&String> = before.excluded.keys().chain(after.excluded.keys()).collect();
+    for name in names {
+        let (o, n) = (before.excluded.get(name), after.excluded.get(name));
+        let changed = match (o, n) {
+            (Some(o), Some(n)) => o.0 != n.0,
+            _ => true,
+        };
+        // git's store changes on every git command (its index): not worth a line each time.
+        if changed && name != ".git" && let Some((_, why)) = n.or(o) {
+            skipped.push(Skipped {
+                path: format!("{name}/"),
+                reason: why.clone(),
+            });
+        }
+    }
+    let vacates = |e: &CommandEntry| {
+        e.new_hash.is_none()
+            || (e.old_hash.as_deref() == Some(DIR_HASH) && e.new_hash.as_deref() != Some(DIR_HASH))
+    };
+    entries.sort_by(|a, b| {
+        let (va, vb) = (vacates(a), vacates(b));
+        vb.cmp(&va)
+            .then_with(|| {
+                if va {
+                    depth(&b.path).cmp(&depth(&a.path))
+                } else {
+                    depth(&a.path).cmp(&depth(&b.path))
+                }
+            })
+            .then_with(|| a.path.cmp(&b.path))
+    });
+    skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    (entries, skipped)
+}
+
+fn human(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
