@@ -371,7 +371,7 @@ impl RemoteRecords {
         match self.ask_reply(op).await? {
             Reply::Undone(out) => Ok(out),
             Reply::Err(e) => Err(e),
-            Reply::Ok(_) => Err(ToolError::Io(
+            Reply::Ok(_) | Reply::Command(_) => Err(ToolError::Io(
                 "the router answered an undo without its outcome".into(),
             )),
         }
@@ -565,7 +565,7 @@ impl Records for RemoteRecords {
     async fn journal_command(
         &self,
         cmd: toolyard_workspace::CommandRecord<'_>,
-    ) -> Result<Option<i64>, ToolError> {
+    ) -> Result<toolyard_workspace::CommandJournaled, ToolError> {
         use base64::Engine;
         let mut entries = Vec::with_capacity(cmd.entries.len());
         let mut content = Vec::new();
@@ -597,7 +597,7 @@ impl Records for RemoteRecords {
             }
             Some(upload)
         };
-        self.ask(RecordOp::JournalCommand {
+        let op = RecordOp::JournalCommand {
             session: cmd.session.into(),
             call_id: cmd.call_id.into(),
             tool: cmd.tool.into(),
@@ -606,8 +606,14 @@ impl Records for RemoteRecords {
             skipped: cmd.skipped.to_vec(),
             upload,
             since: cmd.since,
-        })
-        .await
+        };
+        match self.ask_reply(op).await? {
+            Reply::Command(done) => Ok(done),
+            Reply::Err(e) => Err(e),
+            _ => Err(ToolError::Io(
+                "the router answered a command's changes without saying what it journaled".into(),
+            )),
+        }
     }
 
     async fn undo_last_of_path(

@@ -408,6 +408,8 @@ pub enum Reply {
     Err(ToolError),
     /// An `undo_last` was done: the path's own undo first, then the other files of its group.
     Undone(Vec<toolyard_workspace::UndoOutcome>),
+    /// A command's changes were journaled.
+    Command(toolyard_workspace::CommandJournaled),
 }
 
 impl Reply {
@@ -425,6 +427,7 @@ impl Reply {
             Reply::Ok(v) => Ok(v),
             Reply::Err(e) => Err(e),
             Reply::Undone(outs) => Ok(outs.first().map(|o| o.undo.0)),
+            Reply::Command(done) => Ok(done.ids.first().map(|i| i.0)),
         }
     }
 }

@@ -914,6 +914,12 @@ async fn apply(
             call_id,
             first,
         } => records.roll_back_call(session, call_id, *first).await,
+        RecordOp::JournalCommand { .. } => {
+            return match journal_command(records, op, uploads).await {
+                Ok(done) => Reply::Command(done),
+                Err(e) => Reply::Err(e),
+            };
+        }
         _ => return Reply::from_result(apply_record(records, op, remote, uploads).await),
     };
     match undone {
@@ -1023,6 +1029,24 @@ async fn apply_record(
         RecordOp::JournalEnd { change, done } => {
             records.journal_end(change, done).await.map(|_| None)
         }
+        RecordOp::JournalCommand { .. } => Err(ToolError::Io(
+            "internal: a command's changes in apply_record".into(),
+        )),
+        RecordOp::UndoLast { .. } | RecordOp::RollBack { .. } => {
+            Err(ToolError::Io("internal: an undo in apply_record".into()))
+        }
+    }
+}
+
+/// Journal a runner's [`RecordOp::JournalCommand`], its previous contents taken from its upload.
+async fn journal_command(
+    records: &dyn Records,
+    op: RecordOp,
+    uploads: &std::sync::Mutex<Uploads>,
+) -> Result<toolyard_workspace::CommandJournaled, ToolError> {
+    let uploads = || uploads.lock().unwrap_or_else(|p| p.into_inner());
+    let rel = relative;
+    match op {
         RecordOp::JournalCommand {
             session,
             call_id,
@@ -1071,9 +1095,9 @@ async fn apply_record(
                 })
                 .await
         }
-        RecordOp::UndoLast { .. } | RecordOp::RollBack { .. } => {
-            Err(ToolError::Io("internal: an undo in apply_record".into()))
-        }
+        _ => Err(ToolError::Io(
+            "internal: not a command's changes in journal_command".into(),
+        )),
     }
 }
 

@@ -407,7 +407,6 @@ impl Captured {
     /// or `None` when the call changed nothing.
     pub fn line(&self) -> Option<String> {
         let mut parts = Vec::new();
-        let total = self.added + self.changed + self.removed;
         let noun = |n: usize| if n == 1 { "file" } else { "files" };
         let mut first_noun = true;
         for (n, what) in [
@@ -417,7 +416,7 @@ impl Captured {
         ] {
             if n > 0 {
                 if first_noun {
-                    parts.push(format!("{n} {} {what}", noun(total)));
+                    parts.push(format!("{n} {} {what}", noun(n)));
                     first_noun = false;
                 } else {
                     parts.push(format!("{n} {what}"));
@@ -444,7 +443,10 @@ impl Captured {
                 .map(|s| format!("{} ({})", s.path, s.reason))
                 .collect();
             if self.skipped.len() > SHOWN {
-                names.push(format!("{} more (see `toolyard log`)", self.skipped.len() - SHOWN));
+                names.push(format!(
+                    "{} more (see `toolyard log`)",
+                    self.skipped.len() - SHOWN
+                ));
             }
             if !line.is_empty() {
                 line.push_str("; ");
@@ -590,7 +592,19 @@ impl Capture {
             since,
         };
         match env.records.journal_command(record).await {
-            Ok(first) => out.first = first,
+            Ok(done) => {
+                out.first = done.ids.first().map(|i| i.0);
+                // Already journaled (an undo, a file tool's write made meanwhile): not counted.
+                for path in &done.dropped {
+                    if let Some(e) = entries.iter().find(|e| &e.path == path) {
+                        match (&e.old_hash, &e.new_hash) {
+                            (None, _) => out.added -= 1,
+                            (_, None) => out.removed -= 1,
+                            _ => out.changed -= 1,
+                        }
+                    }
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "a command's changes could not be journaled");
                 out.failed = Some(e.to_string());
@@ -918,10 +932,7 @@ fn diff(
                         if o.stat.size > scope.max_file {
                             skipped.push(Skipped {
                                 path: path.clone(),
-                                reason: format!(
-                                    "over the {} per-file cap",
-                                    human(scope.max_file)
-                                ),
+                                reason: format!("over the {} per-file cap", human(scope.max_file)),
                             });
                             continue;
                         }
@@ -970,7 +981,11 @@ fn diff(
         });
     }
     // What an excluded directory's own stat says: it appeared, went, or its entries changed.
-    let names: HashSet<&String> = before.excluded.keys().chain(after.excluded.keys()).collect();
+    let names: HashSet<&String> = before
+        .excluded
+        .keys()
+        .chain(after.excluded.keys())
+        .collect();
     for name in names {
         let (o, n) = (before.excluded.get(name), after.excluded.get(name));
         let changed = match (o, n) {
@@ -978,7 +993,10 @@ fn diff(
             _ => true,
         };
         // git's store changes on every git command (its index): not worth a line each time.
-        if changed && name != ".git" && let Some((_, why)) = n.or(o) {
+        if changed
+            && name != ".git"
+            && let Some((_, why)) = n.or(o)
+        {
             skipped.push(Skipped {
                 path: format!("{name}/"),
                 reason: why.clone(),
@@ -1006,10 +1024,9 @@ fn diff(
 }
 
 fn human(bytes: u64) -> String {
-    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
         format!("{} MiB", bytes >> 20)
     } else {
         format!("{bytes} bytes")
     }
 }
-

@@ -92,7 +92,7 @@ pub trait Records: Send + Sync {
     async fn journal_command(
         &self,
         cmd: toolyard_workspace::CommandRecord<'_>,
-    ) -> Result<Option<i64>, ToolError> {
+    ) -> Result<toolyard_workspace::CommandJournaled, ToolError> {
         let _ = cmd;
         Err(ToolError::Unavailable(
             "these records cannot journal a command's changes".into(),
@@ -419,9 +419,8 @@ impl Records for LocalRecords {
     async fn journal_command(
         &self,
         cmd: toolyard_workspace::CommandRecord<'_>,
-    ) -> Result<Option<i64>, ToolError> {
-        let ids = self.journal.record_command(&cmd)?;
-        Ok(ids.first().map(|i| i.0))
+    ) -> Result<toolyard_workspace::CommandJournaled, ToolError> {
+        self.journal.record_command(&cmd)
     }
 
     async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError> {

@@ -348,6 +348,16 @@ pub struct CommandRecord<'a> {
     pub since: f64,
 }
 
+/// What [`Journal::record_command`] journaled.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandJournaled {
+    /// The changes, in the entries' order (the first names the group).
+    pub ids: Vec<ChangeId>,
+    /// Entries left out because the journal already held their change (a file tool's write,
+    /// an undo, made while the command ran).
+    pub dropped: Vec<String>,
+}
+
 /// A command call as `toolyard log` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandCall {
@@ -562,7 +572,10 @@ enum Old<'r> {
     /// Nothing.
     Absent,
     /// A file's bytes, or (`link`) a symlink's target.
-    Content { reader: &'r mut dyn Read, link: bool },
+    Content {
+        reader: &'r mut dyn Read,
+        link: bool,
+    },
     /// A directory.
     Dir,
 }
@@ -647,9 +660,8 @@ impl Journal {
             },
             None => Old::Absent,
         };
-        let rec = self.insert_pending(p, old, pre.mode, &|e| {
-            ToolError::Io(format!("{path}: {e}"))
-        })?;
+        let rec =
+            self.insert_pending(p, old, pre.mode, &|e| ToolError::Io(format!("{path}: {e}")))?;
         Ok(rec.id)
     }
 
@@ -730,7 +742,7 @@ impl Journal {
     /// (undone together, newest first), and the call with what it changed out of scope. A
     /// crash before the commit leaves nothing of it; after, all of it. Returns the changes'
     /// ids in `entries`' order.
-    pub fn record_command(&self, cmd: &CommandRecord<'_>) -> Result<Vec<ChangeId>, ToolError> {
+    pub fn record_command(&self, cmd: &CommandRecord<'_>) -> Result<CommandJournaled, ToolError> {
         for e in cmd.entries {
             let kind = EntryKind::of_hash(e.old_hash.as_deref());
             let ok = match kind {
@@ -750,6 +762,7 @@ impl Journal {
             }
         }
         let mut ids = Vec::with_capacity(cmd.entries.len());
+        let mut dropped = Vec::new();
         {
             let mut conn = db::lock(&self.conn);
             ensure_full_sync(&conn)?;
@@ -769,6 +782,7 @@ impl Journal {
                     })
                     .map_err(db_err)?;
                 if cmd.since > 0.0 && latest.is_some_and(|h| h == e.new_hash) {
+                    dropped.push(e.path.clone());
                     continue;
                 }
                 fresh.push(e);
@@ -824,29 +838,38 @@ impl Journal {
             }
             let skipped = serde_json::to_string(cmd.skipped)
                 .map_err(|e| ToolError::Io(format!("journaling a command: {e}")))?;
-            tx.execute(
-                "INSERT INTO journal_commands
+            // A call whose every change was journaled already leaves no record of its own.
+            let record = !ids.is_empty() || !cmd.skipped.is_empty();
+            if record {
+                tx.execute(
+                    "INSERT INTO journal_commands
                  (session, call_id, tool, command, time, first, changes, skipped)
                  VALUES (?1, ?2, ?3, ?4, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?5, ?6, ?7)",
-                params![
-                    cmd.session,
-                    cmd.call_id,
-                    cmd.tool,
-                    cmd.command,
-                    ids.first().map(|i| i.0),
-                    ids.len() as i64,
-                    skipped
-                ],
-            )
-            .map_err(db_err)?;
+                    params![
+                        cmd.session,
+                        cmd.call_id,
+                        cmd.tool,
+                        cmd.command,
+                        ids.first().map(|i| i.0),
+                        ids.len() as i64,
+                        skipped
+                    ],
+                )
+                .map_err(db_err)?;
+            }
             tx.commit().map_err(db_err)?;
         }
-        tracing::debug!(changes = ids.len(), skipped = cmd.skipped.len(), tool = cmd.tool, "journaled a command's changes");
+        tracing::debug!(
+            changes = ids.len(),
+            skipped = cmd.skipped.len(),
+            tool = cmd.tool,
+            "journaled a command's changes"
+        );
         let due = self.records.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
         if due && let Err(e) = self.prune() {
             tracing::warn!(error = %e, "journal retention failed");
         }
-        Ok(ids)
+        Ok(CommandJournaled { ids, dropped })
     }
 
     /// The command calls recorded, newest first (at most `limit`; of `session` if given).

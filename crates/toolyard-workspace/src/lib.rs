@@ -17,11 +17,11 @@ pub use confine::{Expect, Protection, RelPath, Staged, Workspace, WriteOutcome};
 pub use hash::{ContentHash, hash_bytes, hash_reader};
 pub use journal::{
     CHUNK_SIZE, Change, ChangeFilter, ChangeId, ChangeStatus, CommandCall, CommandEntry,
-    CommandRecord, CommandsConfig, DEFAULT_EXCLUDED, DEFAULT_MAX_AGE_DAYS, DEFAULT_MAX_CALL_BYTES,
-    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_STORE_BYTES, DIR_HASH, EntryKind, SYMLINK_HASH_PREFIX, Skipped,
+    CommandJournaled, CommandRecord, CommandsConfig, DEFAULT_EXCLUDED, DEFAULT_MAX_AGE_DAYS,
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_CALL_BYTES, DEFAULT_MAX_CHANGES, DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_STORE_BYTES, DIR_HASH, EntryKind, Journal, JournalConfig, NewChange, PreImage,
+    SYMLINK_HASH_PREFIX, Skipped, UNDO_TOOL, UndoOutcome, UndoVerdict, remove_stale_temps,
     state_at, symlink_hash,
-    DEFAULT_MAX_BYTES, DEFAULT_MAX_CHANGES, Journal, JournalConfig, NewChange, PreImage, UNDO_TOOL,
-    UndoOutcome, UndoVerdict, remove_stale_temps,
 };
 pub use ledger::{Ledger, LedgerLimits, LedgerUpdate, Via};
 pub use state::StateDir;
