@@ -7,7 +7,7 @@ from pathlib import Path
 
 from common import PLOTS_DIR, RESULTS_MD, load
 
-PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits", "remote"]
+PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits", "remote", "cmdundo"]
 MIB = 1024.0
 
 
@@ -496,6 +496,33 @@ def edits_section(e: dict) -> list[str]:
     return lines
 
 
+def cmdundo_section(c: dict) -> list[str]:
+    r = c["results"]
+    ok = c["added_nothing_ms"] <= 25
+    lines = [
+        "## 8. Undo of what commands change (issue 24)",
+        "",
+        stamp_line(c, "bench/run --only cmdundo"),
+        f"Two `toolyard serve` on copies of the bench tree ({c['tree_files']:,} files), driven in the same rounds, "
+        f"call by call alternating: this build, and the binary before command undo (`{rel(c['old_binary'])}`). "
+        "Every command is bracketed by two stat walks of the workspace; a command that changed files has them "
+        f"read, hashed and journaled as one group. The changing command rewrites {c['changed_files']} files. "
+        f"Target: at most 25 ms added to a command that changes nothing: {verdict(ok)}.",
+        "",
+        "| command | before ms (p10-p90) | now ms (p10-p90) | added ms |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, label in [("nothing", "`true` (changes nothing)"),
+                       ("hundred", f"rewrites {c['changed_files']} files")]:
+        o, n = r[f"{key}_old"], r[f"{key}_new"]
+        lines.append(f"| {label} | {f(o['median'])} ({f(o['p10'])}-{f(o['p90'])}) | {f(n['median'])} "
+                     f"({f(n['p10'])}-{f(n['p90'])}) | {f(n['median'] - o['median'])} |")
+    fc = c.get("first_call_ms", {})
+    lines += ["", f"The first command of a server (left out above) took {f(fc.get('old'))} ms before and "
+              f"{f(fc.get('new'))} ms now: the new one reads every file in scope once into its store.", ""]
+    return lines
+
+
 def dialect_cell(c: dict | None) -> str:
     if c is None:
         return "-"
@@ -927,7 +954,7 @@ def write(meta: dict) -> Path:
     lines.append("")
     for name, fn in [("grep", grep_section), ("mcp", mcp_section), ("lanes", lanes_section),
                      ("memory", memory_section), ("bigfile", bigfile_section), ("edits", edits_section),
-                     ("remote", remote_section)]:
+                     ("remote", remote_section), ("cmdundo", cmdundo_section)]:
         if parts.get(name):
             lines += fn(parts[name])
             if name in plot_errors:

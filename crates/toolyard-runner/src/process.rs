@@ -445,6 +445,7 @@ impl RemoteRecords {
             mode,
             upload: Some(upload),
             size: None,
+            state: None,
         })
     }
 
@@ -686,9 +687,38 @@ pub(crate) fn pre_image(
             mode,
             upload: None,
             size: Some(b.len() as u64),
+            state: None,
         },
         b => PreImageWire::new(b.as_deref(), mode),
     })
+}
+
+/// [`pre_image`] of any kind of entry, not following a final symlink: a symlink answers its
+/// target as content and its state hash, a directory its mode and state hash (an undo of a
+/// command's change may restore or replace either).
+pub(crate) fn pre_image_state(
+    ws: &Workspace,
+    path: &RelPath,
+    max: usize,
+) -> Result<PreImageWire, ToolError> {
+    let (state, mode) = toolyard_workspace::state_at(ws, path)?;
+    match toolyard_workspace::EntryKind::of_hash(state.as_deref()) {
+        toolyard_workspace::EntryKind::Symlink => {
+            let target = toolyard_workspace::read_link(ws, path)?;
+            let mut wire = PreImageWire::new(Some(&target), None);
+            wire.state = state;
+            Ok(wire)
+        }
+        toolyard_workspace::EntryKind::Dir => Ok(PreImageWire {
+            content: None,
+            hash: None,
+            mode,
+            upload: None,
+            size: None,
+            state,
+        }),
+        _ => pre_image(ws, path, max),
+    }
 }
 
 /// The router's hello, checked: `Err` says why this runner cannot serve it.

@@ -345,6 +345,10 @@ pub struct PreImageWire {
     /// to read with `read_part`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
+    /// The path is not a regular file: its state hash (`symlink:...` with `content` the
+    /// link's target, or `dir`), as `read_state` answers for an undo of a command's change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 impl PreImageWire {
@@ -357,6 +361,7 @@ impl PreImageWire {
             mode,
             upload: None,
             size: None,
+            state: None,
         }
     }
 

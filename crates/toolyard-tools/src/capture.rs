@@ -42,6 +42,9 @@ use crate::ToolEnv;
 /// clock tick (Linux stamps files with a coarse clock): such files are hashed again after.
 const RACY_NS: i128 = 50_000_000;
 
+/// A workspace with more entries than this is not captured (each command would walk it twice).
+const MAX_ENTRIES: usize = 500_000;
+
 /// Walker threads (the machine's cores, at most this many).
 const MAX_WALKERS: usize = 4;
 
@@ -137,9 +140,9 @@ struct Entry {
     stat: Stat,
     /// The state hash (content hash, [`symlink_hash`], [`DIR_HASH`]); `None` when unknown
     /// (a special file, or a file that could not be read).
-    hash: Option<String>,
+    hash: Option<Arc<str>>,
     /// A symlink's target.
-    link: Option<Vec<u8>>,
+    link: Option<Arc<[u8]>>,
     /// Its content is in the store.
     stored: bool,
     /// Its timestamps were too recent to trust: hashed again after the command.
@@ -158,6 +161,8 @@ pub struct Snapshot {
 struct Index {
     root: PathBuf,
     last: Arc<Snapshot>,
+    /// What changed since `last` was taken, when the kernel can tell (see [`Watcher`]).
+    watcher: Option<Watcher>,
     store: Store,
     /// Captures in flight (their snapshots keep store contents the index may have dropped).
     live: usize,
@@ -495,23 +500,23 @@ pub async fn begin(env: &ToolEnv) -> Option<Capture> {
         let stale = guard.as_ref().is_none_or(|ix| ix.root != root);
         if stale {
             let dir = STORE_DIR.get().cloned().unwrap_or_else(|| {
-                state
-                    .join("capture")
-                    .join(format!("server-{}", std::process::id()))
+                let base = state.join("capture");
+                sweep_dead_stores(&base);
+                base.join(format!("server-{}", std::process::id()))
             });
             *guard = Some(Index {
                 root: root.clone(),
                 last: Arc::default(),
+                watcher: None,
                 store: Store::open(dir),
                 live: 0,
             });
         }
         let ix = guard.as_mut()?;
         let prev = ix.last.clone();
-        let snap = Arc::new(take(&root, &scope, Some(&prev), &mut ix.store, started)?);
-        ix.last = snap.clone();
+        let snap = refresh(ix, &root, &scope, started)?;
         ix.live += 1;
-        if ix.live == 1 {
+        if ix.live == 1 && !Arc::ptr_eq(&prev, &snap) {
             ix.store.prune(&[&snap]);
         }
         Some(Capture {
@@ -522,6 +527,30 @@ pub async fn begin(env: &ToolEnv) -> Option<Capture> {
         })
     };
     toolyard_core::blocking::blocking(work).await.ok().flatten()
+}
+
+/// Remove the stores `server-<pid>` that processes no longer alive left in `base` (a runner's
+/// own store is removed when it ends, and swept by the next runner, as its temp dir is).
+fn sweep_dead_stores(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("server-"))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+        let alive = unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+        if !alive && pid != std::process::id() as i32 {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Who a capture's changes are attributed to.
@@ -548,10 +577,12 @@ impl Capture {
             let now = now_ns();
             let mut guard = index();
             let ix = guard.as_mut().filter(|ix| ix.root == root)?;
-            let after = take(&root, &scope, Some(&before), &mut ix.store, now)?;
+            let after = refresh(ix, &root, &scope, now)?;
+            if Arc::ptr_eq(&before, &after) {
+                // Nothing changed since the snapshot before: no walk of the entries either.
+                return Some((Vec::new(), Vec::new(), after, now));
+            }
             let (entries, skipped) = diff(&before, &after, &scope, &ix.store);
-            let after = Arc::new(after);
-            ix.last = after.clone();
             if ix.live <= 1 {
                 ix.store.prune(&[&after]);
             }
@@ -614,26 +645,306 @@ impl Capture {
     }
 }
 
-/// Walk `root` within `scope`: every entry's stat, and the state hash of those whose stat
-/// differs from `prev` (read and put in the store).
-fn take(
-    root: &Path,
-    scope: &Scope,
-    prev: Option<&Snapshot>,
-    store: &mut Store,
-    started: i128,
-) -> Option<Snapshot> {
+/// The workspace now, as the index's next snapshot: from the kernel's account of what changed
+/// since the last one when its [`Watcher`] can give it whole (only those paths are looked at;
+/// nothing changed: the same snapshot), else by a full stat walk, which also sets the watches
+/// up again.
+fn refresh(ix: &mut Index, root: &Path, scope: &Scope, started: i128) -> Option<Arc<Snapshot>> {
     let root_fd = rustix::fs::open(
         root,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .ok()?;
-    let walked = walk(&root_fd, scope);
+    let prev = ix.last.clone();
+    if !prev.entries.is_empty()
+        && let Some(w) = ix.watcher.as_mut()
+    {
+        match w.changed() {
+            Some(touched) if touched.is_empty() => return Some(prev),
+            Some(touched) => {
+                if let Some(snap) = apply(&prev, touched, &root_fd, root, scope, &mut ix.store, w) {
+                    let snap = Arc::new(snap);
+                    ix.last = snap.clone();
+                    return Some(snap);
+                }
+            }
+            None => {}
+        }
+    }
+    // A fresh watcher before the walk: what changes while it walks is reported next time.
+    ix.watcher = Watcher::new();
+    let snap = Arc::new(take(
+        &root_fd,
+        scope,
+        Some(&prev),
+        &mut ix.store,
+        started,
+        ix.watcher.as_mut(),
+        root,
+    )?);
+    ix.last = snap.clone();
+    Some(snap)
+}
+
+/// `prev` with the paths the watcher named looked at again: each re-read (an event means it
+/// may have changed even within one clock tick), a new directory walked whole, a removed one
+/// dropped with everything beneath it. `None` when that cannot be done exactly (then walk).
+fn apply(
+    prev: &Snapshot,
+    touched: Touched,
+    root_fd: &OwnedFd,
+    root: &Path,
+    scope: &Scope,
+    store: &mut Store,
+    watcher: &mut Watcher,
+) -> Option<Snapshot> {
+    let mut snap = prev.clone();
+    let mut paths: Vec<String> = touched.paths.into_iter().collect();
+    paths.sort_by_key(|p| depth(p));
+    for rel in paths {
+        let name = rel.rsplit('/').next().unwrap_or(&rel).to_string();
+        let st = match rustix::fs::statat(root_fd, rel.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Some(stat_of(&st)),
+            Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => None,
+            Err(_) => return None,
+        };
+        let was_dir = snap
+            .entries
+            .get(&rel)
+            .is_some_and(|e| e.stat.kind == Kind::Dir)
+            || snap.excluded.contains_key(&rel);
+        match st {
+            None => {
+                snap.entries.remove(&rel);
+                snap.excluded.remove(&rel);
+                if was_dir {
+                    let prefix = format!("{rel}/");
+                    snap.entries.retain(|p, _| !p.starts_with(&prefix));
+                    snap.excluded.retain(|p, _| !p.starts_with(&prefix));
+                }
+            }
+            Some(stat) => {
+                if stat.kind == Kind::Dir
+                    && let Some(why) = scope.excluded(&rel, &name)
+                {
+                    watcher.add(root, &rel, true);
+                    snap.excluded.insert(rel, (stat, why));
+                    continue;
+                }
+                if was_dir && stat.kind != Kind::Dir {
+                    let prefix = format!("{rel}/");
+                    snap.entries.retain(|p, _| !p.starts_with(&prefix));
+                }
+                let link = (stat.kind == Kind::Symlink)
+                    .then(|| rustix::fs::readlinkat(root_fd, rel.as_str(), Vec::new()).ok())
+                    .flatten()
+                    .map(|t| t.into_bytes());
+                let is_new_dir = stat.kind == Kind::Dir && !was_dir;
+                let entry = read_entry(root_fd, &rel, stat, link, scope, store, false);
+                snap.entries.insert(rel.clone(), entry);
+                if is_new_dir {
+                    // Watched first, then listed: nothing made in it is missed.
+                    let mut stack = vec![rel];
+                    while let Some(dir) = stack.pop() {
+                        watcher.add(root, &dir, false);
+                        let (mut found, mut subdirs, mut excluded) =
+                            (Vec::new(), Vec::new(), Vec::new());
+                        if !list(
+                            root_fd,
+                            &dir,
+                            scope,
+                            &mut found,
+                            &mut subdirs,
+                            &mut excluded,
+                        ) {
+                            return None;
+                        }
+                        for (r, st, l) in found {
+                            let e = read_entry(root_fd, &r, st, l, scope, store, false);
+                            snap.entries.insert(r, e);
+                        }
+                        for (r, x) in excluded {
+                            watcher.add(root, &r, true);
+                            snap.excluded.insert(r, x);
+                        }
+                        stack.extend(subdirs);
+                    }
+                }
+            }
+        }
+    }
+    for rel in touched.excluded {
+        if let Ok(st) = rustix::fs::statat(root_fd, rel.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+            && let Some((stat, _)) = snap.excluded.get_mut(&rel)
+        {
+            *stat = stat_of(&st);
+            // Its own stat may not move for a change deeper in it: mark it changed anyway.
+            stat.mtime += 1;
+        }
+    }
+    if watcher.broken {
+        return None;
+    }
+    Some(snap)
+}
+
+/// The paths a [`Watcher`] saw change.
+#[derive(Default)]
+struct Touched {
+    paths: HashSet<String>,
+    /// Excluded directories with a change directly in them.
+    excluded: HashSet<String>,
+}
+
+impl Touched {
+    fn is_empty(&self) -> bool {
+        self.paths.is_empty() && self.excluded.is_empty()
+    }
+}
+
+/// inotify watches on every directory of the workspace: what changed since the last look, so a
+/// command that changes nothing costs no walk. Anything it cannot account for exactly (a lost
+/// event, a directory moved, a watch that could not be set) makes the next look a full walk.
+struct Watcher {
+    fd: OwnedFd,
+    /// Watch descriptor to (workspace-relative directory, excluded).
+    dirs: HashMap<i32, (String, bool)>,
+    broken: bool,
+}
+
+impl Watcher {
+    fn new() -> Option<Self> {
+        use rustix::fs::inotify;
+        let fd = inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC)
+            .map_err(|e| tracing::debug!(error = %e, "no inotify: every command walks the workspace twice"))
+            .ok()?;
+        Some(Self {
+            fd,
+            dirs: HashMap::new(),
+            broken: false,
+        })
+    }
+
+    /// Watch directory `rel` (an excluded one only for changes directly in it).
+    fn add(&mut self, root: &Path, rel: &str, excluded: bool) {
+        match watch_dir(self.fd.as_fd(), root, rel) {
+            Ok(wd) => {
+                self.dirs.insert(wd, (rel.to_string(), excluded));
+            }
+            Err(e) => {
+                tracing::debug!(dir = rel, error = %e, "cannot watch a directory; walking instead");
+                self.broken = true;
+            }
+        }
+    }
+
+    /// What changed since the last call; `None` when that is not known exactly.
+    fn changed(&mut self) -> Option<Touched> {
+        use rustix::fs::inotify::{ReadFlags, Reader};
+        if self.broken {
+            return None;
+        }
+        let mut touched = Touched::default();
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16384];
+        let mut reader = Reader::new(&self.fd, &mut buf);
+        loop {
+            let ev = match reader.next() {
+                Ok(ev) => ev,
+                Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => break,
+                Err(_) => {
+                    self.broken = true;
+                    return None;
+                }
+            };
+            let flags = ev.events();
+            if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+                self.broken = true;
+                return None;
+            }
+            if flags.contains(ReadFlags::IGNORED) {
+                self.dirs.remove(&ev.wd());
+                continue;
+            }
+            let Some((dir, excluded)) = self.dirs.get(&ev.wd()).cloned() else {
+                self.broken = true;
+                return None;
+            };
+            // A directory moved keeps its watches under its old name: look again from scratch.
+            if flags.contains(ReadFlags::MOVE_SELF)
+                || (flags.contains(ReadFlags::ISDIR) && flags.contains(ReadFlags::MOVED_TO))
+            {
+                self.broken = true;
+                return None;
+            }
+            if excluded {
+                touched.excluded.insert(dir);
+                continue;
+            }
+            match ev.file_name().map(|n| n.to_str()) {
+                Some(Ok(name)) if !name.is_empty() => {
+                    touched.paths.insert(if dir.is_empty() {
+                        name.to_string()
+                    } else {
+                        format!("{dir}/{name}")
+                    });
+                }
+                Some(Err(_)) => {} // a name that is not UTF-8 is never journaled
+                _ => {
+                    if !dir.is_empty() {
+                        touched.paths.insert(dir);
+                    }
+                }
+            }
+        }
+        Some(touched)
+    }
+}
+
+/// Walk `root` within `scope`: every entry's stat, and the state hash of those whose stat
+/// differs from `prev` (read and put in the store); every directory watched by `watcher`
+/// before it is listed.
+fn take(
+    root_fd: &OwnedFd,
+    scope: &Scope,
+    prev: Option<&Snapshot>,
+    store: &mut Store,
+    started: i128,
+    watcher: Option<&mut Watcher>,
+    root: &Path,
+) -> Option<Snapshot> {
+    let ctx = watcher.as_ref().map(|w| WatchCtx {
+        fd: w.fd.as_fd(),
+        root,
+    });
+    let mut walked = walk(root_fd, scope, ctx);
+    if let Some(w) = watcher {
+        for (wd, dir, excluded) in walked.wds.drain(..) {
+            w.dirs.insert(wd, (dir, excluded));
+        }
+        w.broken |= walked.watch_failed;
+    }
+    if walked.entries.len() > MAX_ENTRIES {
+        tracing::warn!(
+            entries = walked.entries.len(),
+            "the workspace is too large to journal what commands change"
+        );
+        return None;
+    }
     let mut snap = Snapshot {
         entries: HashMap::with_capacity(walked.entries.len()),
         excluded: walked.excluded,
     };
+    // A directory that could not be listed (a command made it unreadable) keeps what it held:
+    // its entries are not taken for removed.
+    if let Some(prev) = prev {
+        for dir in &walked.unlisted {
+            let prefix = format!("{dir}/");
+            for (rel, e) in prev.entries.iter().filter(|(r, _)| r.starts_with(&prefix)) {
+                snap.entries.insert(rel.clone(), e.clone());
+            }
+        }
+    }
     for (rel, stat, link) in walked.entries {
         let racy = stat.mtime >= started - RACY_NS || stat.ctime >= started - RACY_NS;
         let known = prev
@@ -641,7 +952,7 @@ fn take(
             .filter(|e| e.stat == stat && !e.racy && e.hash.is_some());
         let entry = match known {
             Some(e) => Entry { racy, ..e.clone() },
-            None => read_entry(&root_fd, &rel, stat, link, scope, store, racy),
+            None => read_entry(root_fd, &rel, stat, link, scope, store, racy),
         };
         snap.entries.insert(rel, entry);
     }
@@ -659,22 +970,22 @@ fn read_entry(
     racy: bool,
 ) -> Entry {
     let (hash, stored) = match stat.kind {
-        Kind::Dir => (Some(DIR_HASH.to_string()), true),
-        Kind::Symlink => (link.as_deref().map(symlink_hash), true),
+        Kind::Dir => (Some(Arc::from(DIR_HASH)), true),
+        Kind::Symlink => (link.as_deref().map(|l| Arc::from(symlink_hash(l))), true),
         Kind::Special => (None, false),
         Kind::File => match read_file(root, rel, scope.max_file) {
             Some((hash, Some(bytes))) => {
                 let stored = store.put(&hash, &bytes, scope.max_store);
-                (Some(hash), stored)
+                (Some(Arc::from(hash)), stored)
             }
-            Some((hash, None)) => (Some(hash), false),
+            Some((hash, None)) => (Some(Arc::from(hash)), false),
             None => (None, false),
         },
     };
     Entry {
         stat,
         hash,
-        link,
+        link: link.map(Arc::from),
         stored,
         racy,
     }
@@ -713,9 +1024,47 @@ fn open_beneath(root: &OwnedFd, rel: &str) -> Option<OwnedFd> {
 }
 
 /// What a walk found: (path, stat, symlink target) and the excluded directories.
+#[derive(Default)]
 struct Walked {
     entries: Vec<(String, Stat, Option<Vec<u8>>)>,
     excluded: HashMap<String, (Stat, String)>,
+    /// Directories that could not be listed.
+    unlisted: Vec<String>,
+    /// The watches set: descriptor, directory, excluded.
+    wds: Vec<(i32, String, bool)>,
+    /// A watch could not be set.
+    watch_failed: bool,
+}
+
+/// Where a walk sets its watches.
+#[derive(Clone, Copy)]
+struct WatchCtx<'a> {
+    fd: std::os::fd::BorrowedFd<'a>,
+    root: &'a Path,
+}
+
+/// The events a [`Watcher`] asks for on each directory.
+fn watch_flags() -> rustix::fs::inotify::WatchFlags {
+    use rustix::fs::inotify::WatchFlags;
+    WatchFlags::MODIFY
+        | WatchFlags::ATTRIB
+        | WatchFlags::CREATE
+        | WatchFlags::DELETE
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::MOVED_TO
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::DONT_FOLLOW
+        | WatchFlags::ONLYDIR
+}
+
+/// Watch the directory `rel` beneath `root`.
+fn watch_dir(fd: std::os::fd::BorrowedFd<'_>, root: &Path, rel: &str) -> rustix::io::Result<i32> {
+    let path = if rel.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(rel)
+    };
+    rustix::fs::inotify::add_watch(fd, &path, watch_flags())
 }
 
 fn stat_of(st: &rustix::fs::Stat) -> Stat {
@@ -738,7 +1087,7 @@ fn stat_of(st: &rustix::fs::Stat) -> Stat {
 
 /// A parallel stat walk of `root` (directories handed out to a few threads), never
 /// following a symlink, not descending into excluded directories.
-fn walk(root: &OwnedFd, scope: &Scope) -> Walked {
+fn walk(root: &OwnedFd, scope: &Scope, watch: Option<WatchCtx<'_>>) -> Walked {
     struct Shared {
         queue: Vec<String>,
         busy: usize,
@@ -752,15 +1101,23 @@ fn walk(root: &OwnedFd, scope: &Scope) -> Walked {
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, MAX_WALKERS);
-    let results: Mutex<Walked> = Mutex::new(Walked {
-        entries: Vec::new(),
-        excluded: HashMap::new(),
-    });
+    let results: Mutex<Walked> = Mutex::new(Walked::default());
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
                 let mut mine = Vec::new();
                 let mut excluded = Vec::new();
+                let mut unlisted = Vec::new();
+                let mut wds = Vec::new();
+                let mut watch_failed = false;
+                let mut watch = |rel: &str, excluded: bool| {
+                    if let Some(w) = watch {
+                        match watch_dir(w.fd, w.root, rel) {
+                            Ok(wd) => wds.push((wd, rel.to_string(), excluded)),
+                            Err(_) => watch_failed = true,
+                        }
+                    }
+                };
                 loop {
                     let dir = {
                         let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
@@ -780,7 +1137,15 @@ fn walk(root: &OwnedFd, scope: &Scope) -> Walked {
                         break;
                     };
                     let mut subdirs = Vec::new();
-                    list(root, &dir, scope, &mut mine, &mut subdirs, &mut excluded);
+                    // Watched before it is listed: a change made meanwhile is reported later.
+                    watch(&dir, false);
+                    let had = excluded.len();
+                    if !list(root, &dir, scope, &mut mine, &mut subdirs, &mut excluded) {
+                        unlisted.push(dir);
+                    }
+                    for (x, _) in &excluded[had..] {
+                        watch(x, true);
+                    }
                     let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
                     sh.queue.extend(subdirs);
                     sh.busy -= 1;
@@ -790,13 +1155,17 @@ fn walk(root: &OwnedFd, scope: &Scope) -> Walked {
                 let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
                 r.entries.append(&mut mine);
                 r.excluded.extend(excluded);
+                r.unlisted.append(&mut unlisted);
+                r.wds.append(&mut wds);
+                r.watch_failed |= watch_failed;
             });
         }
     });
     results.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The entries of directory `dir` (workspace-relative, "" for the root).
+/// The entries of directory `dir` (workspace-relative, "" for the root); false when it could
+/// not be listed.
 fn list(
     root: &OwnedFd,
     dir: &str,
@@ -804,7 +1173,7 @@ fn list(
     out: &mut Vec<(String, Stat, Option<Vec<u8>>)>,
     subdirs: &mut Vec<String>,
     excluded: &mut Vec<(String, (Stat, String))>,
-) {
+) -> bool {
     let fd = if dir.is_empty() {
         rustix::fs::openat(
             root,
@@ -829,9 +1198,9 @@ fn list(
             Err(_) => None,
         }
     };
-    let Some(fd) = fd else { return };
+    let Some(fd) = fd else { return false };
     let Ok(mut entries) = rustix::fs::Dir::read_from(&fd) else {
-        return;
+        return false;
     };
     while let Some(Ok(e)) = entries.next() {
         let name = e.file_name().to_bytes();
@@ -866,6 +1235,7 @@ fn list(
         }
         out.push((rel, stat, link));
     }
+    true
 }
 
 fn depth(p: &str) -> usize {
@@ -884,7 +1254,13 @@ fn diff(
     let mut entries = Vec::new();
     let mut skipped = Vec::new();
     let mut call_bytes = 0u64;
-    let paths: HashSet<&String> = before.entries.keys().chain(after.entries.keys()).collect();
+    // Every path of either snapshot, once: those before, then those only after.
+    let paths = before.entries.keys().chain(
+        after
+            .entries
+            .keys()
+            .filter(|p| !before.entries.contains_key(*p)),
+    );
     for path in paths {
         let old = before.entries.get(path);
         let new = after.entries.get(path);
@@ -927,7 +1303,7 @@ fn diff(
                 };
                 let content = match o.stat.kind {
                     Kind::Dir | Kind::Special => Vec::new(),
-                    Kind::Symlink => o.link.clone().unwrap_or_default(),
+                    Kind::Symlink => o.link.as_deref().map(<[u8]>::to_vec).unwrap_or_default(),
                     Kind::File => {
                         if o.stat.size > scope.max_file {
                             skipped.push(Skipped {
@@ -961,13 +1337,13 @@ fn diff(
                     }
                 };
                 let mode = (o.stat.kind != Kind::Symlink).then_some(o.stat.mode);
-                (Some(hash), mode, content)
+                (Some(hash.to_string()), mode, content)
             }
         };
         let (new_hash, new_mode) = match new {
             None => (None, None),
             Some(n) => (
-                n.hash.clone(),
+                n.hash.as_deref().map(str::to_string),
                 (n.stat.kind != Kind::Symlink).then_some(n.stat.mode),
             ),
         };
@@ -1028,5 +1404,158 @@ fn human(bytes: u64) -> String {
         format!("{} MiB", bytes >> 20)
     } else {
         format!("{bytes} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn scope() -> Scope {
+        Scope {
+            exclude: HashMap::from([("target".to_string(), "build output".to_string())]),
+            state_rel: None,
+            max_file: 1 << 20,
+            max_call: 1 << 20,
+            max_store: 1 << 30,
+        }
+    }
+
+    fn snapshot(root: &Path, store: &mut Store, prev: Option<&Snapshot>) -> Snapshot {
+        let fd = rustix::fs::open(root, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        take(&fd, &scope(), prev, store, now_ns(), None, root).unwrap()
+    }
+
+    /// What a snapshot says of each path: kind, state hash, mode.
+    fn seen(s: &Snapshot) -> BTreeMap<String, (Option<String>, u32)> {
+        s.entries
+            .iter()
+            .map(|(p, e)| {
+                (
+                    p.clone(),
+                    (e.hash.as_deref().map(str::to_string), e.stat.mode),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn what_the_watcher_reports_is_what_a_full_walk_finds() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("ws");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("gone/deep")).unwrap();
+        std::fs::write(root.join("a/b/f"), "f").unwrap();
+        std::fs::write(root.join("a/keep"), "k").unwrap();
+        std::fs::write(root.join("gone/deep/x"), "x").unwrap();
+        std::fs::create_dir_all(root.join("target")).unwrap();
+        let mut ix = Index {
+            root: root.clone(),
+            last: Arc::default(),
+            watcher: None,
+            store: Store::open(t.path().join("store")),
+            live: 0,
+        };
+        let first = refresh(&mut ix, &root, &scope(), now_ns()).unwrap();
+        assert!(ix.watcher.is_some(), "inotify is available here");
+        // Nothing changed: the same snapshot, no walk.
+        let again = refresh(&mut ix, &root, &scope(), now_ns()).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        // Every kind of change, including within the same clock tick as the last look.
+        std::fs::write(root.join("a/b/f"), "F").unwrap();
+        std::fs::set_permissions(root.join("a/keep"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        std::fs::remove_dir_all(root.join("gone")).unwrap();
+        std::fs::create_dir_all(root.join("new/n1/n2")).unwrap();
+        std::fs::write(root.join("new/n1/n2/y"), "y").unwrap();
+        std::os::unix::fs::symlink("a/keep", root.join("l")).unwrap();
+        std::fs::write(root.join("target/out"), "o").unwrap();
+        let incremental = refresh(&mut ix, &root, &scope(), now_ns()).unwrap();
+        assert!(!ix.watcher.as_ref().unwrap().broken);
+        let fd =
+            rustix::fs::open(&root, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let mut store = Store::open(t.path().join("store2"));
+        let full = take(&fd, &scope(), None, &mut store, now_ns(), None, &root).unwrap();
+        assert_eq!(seen(&incremental), seen(&full));
+        let (_, skipped) = diff(&first, &incremental, &scope(), &ix.store);
+        assert_eq!(
+            skipped.len(),
+            1,
+            "the excluded directory's change is reported: {skipped:?}"
+        );
+        // A directory moved: the watcher cannot follow, so the next look walks again.
+        std::fs::rename(root.join("new"), root.join("moved")).unwrap();
+        let after_move = refresh(&mut ix, &root, &scope(), now_ns()).unwrap();
+        let full = take(&fd, &scope(), None, &mut store, now_ns(), None, &root).unwrap();
+        assert_eq!(seen(&after_move), seen(&full));
+    }
+
+    #[test]
+    fn the_summary_line_counts_what_was_journaled_and_names_what_was_not() {
+        let c = Captured {
+            first: Some(42),
+            added: 0,
+            changed: 3,
+            removed: 1,
+            skipped: vec![Skipped {
+                path: "target/".into(),
+                reason: "excluded directory (build output)".into(),
+            }],
+            failed: None,
+        };
+        assert_eq!(
+            c.line().unwrap(),
+            "3 files changed, 1 removed: undo with undo {\"change_id\": 42}; not undoable: target/ (excluded directory (build output))"
+        );
+        assert_eq!(
+            Captured::default().line(),
+            None,
+            "nothing changed, nothing said"
+        );
+    }
+
+    #[test]
+    fn a_removed_tree_is_journaled_deepest_first_and_a_new_one_shallowest_first() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("ws");
+        std::fs::create_dir_all(root.join("old/a/b")).unwrap();
+        std::fs::write(root.join("old/a/b/f"), "f").unwrap();
+        std::os::unix::fs::symlink("a/b/f", root.join("old/l")).unwrap();
+        std::fs::create_dir_all(root.join("target")).unwrap();
+        let mut store = Store::open(t.path().join("store"));
+        let before = snapshot(&root, &mut store, None);
+        std::fs::remove_dir_all(root.join("old")).unwrap();
+        std::fs::create_dir_all(root.join("new/x")).unwrap();
+        std::fs::write(root.join("new/x/g"), "g").unwrap();
+        std::fs::write(root.join("target/out"), "o").unwrap();
+        let after = snapshot(&root, &mut store, Some(&before));
+        let (entries, skipped) = diff(&before, &after, &scope(), &store);
+        let order: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            order,
+            [
+                "old/a/b/f",
+                "old/a/b",
+                "old/a",
+                "old/l",
+                "old",
+                "new",
+                "new/x",
+                "new/x/g"
+            ]
+        );
+        let f = &entries[0];
+        assert_eq!(
+            f.old_content, b"f",
+            "the removed file's bytes come from the store"
+        );
+        let l = entries.iter().find(|e| e.path == "old/l").unwrap();
+        assert_eq!(l.old_content, b"a/b/f");
+        assert_eq!(l.old_hash.as_deref(), Some(symlink_hash(b"a/b/f").as_str()));
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert_eq!(skipped[0].path, "target/");
     }
 }

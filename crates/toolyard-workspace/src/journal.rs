@@ -1359,6 +1359,52 @@ impl Journal {
         )
     }
 
+    /// [`Journal::record_undo_preimage`] for a path whose state another process read may be a
+    /// symlink or a directory: `state` is its state hash when it is not a regular file
+    /// (`pre.content` then holds a symlink's target).
+    pub fn record_undo_state(
+        &self,
+        target: &Change,
+        session: &str,
+        call_id: &str,
+        group: Option<ChangeId>,
+        pre: &PreImage<'_>,
+        state: Option<&str>,
+    ) -> Result<ChangeId, ToolError> {
+        let path = RelPath::from_normalized(&target.path);
+        let p = Pending {
+            session,
+            call_id,
+            tool: UNDO_TOOL,
+            path: &path,
+            new_hash: target.old_hash.as_deref(),
+            undoes: Some(target.id),
+            group,
+            new_mode: target.new_mode.and(target.old_mode),
+        };
+        let shown = target.path.clone();
+        let read_err = move |e: io::Error| ToolError::Io(format!("{shown}: {e}"));
+        let mut bytes = pre.content.unwrap_or_default();
+        let old = match EntryKind::of_hash(state) {
+            EntryKind::Dir => Old::Dir,
+            EntryKind::Symlink => Old::Content {
+                reader: &mut bytes,
+                link: true,
+            },
+            _ if pre.content.is_some() => Old::Content {
+                reader: &mut bytes,
+                link: false,
+            },
+            _ => Old::Absent,
+        };
+        let mode = if state.is_some_and(|s| s.starts_with(SYMLINK_HASH_PREFIX)) {
+            None
+        } else {
+            pre.mode
+        };
+        self.insert_pending(p, old, mode, &read_err).map(|r| r.id)
+    }
+
     /// Take the journal's owner lock as [`Journal::recover`] does, without looking at any
     /// file: the changes left pending when no other process has the journal open (a dead
     /// process left them, for the caller to settle from where the files are, with
@@ -1767,7 +1813,7 @@ pub fn state_at(
 }
 
 /// The target of the symlink `rel`, as bytes (absolute or dangling targets included).
-fn read_link(ws: &Workspace, rel: &RelPath) -> Result<Vec<u8>, ToolError> {
+pub fn read_link(ws: &Workspace, rel: &RelPath) -> Result<Vec<u8>, ToolError> {
     let dir = ws.open_dir(&rel.parent())?;
     rustix::fs::readlinkat(&dir, rel.file_name(), Vec::new())
         .map(|t| t.into_bytes())
@@ -1842,6 +1888,49 @@ fn make_dir(ws: &Workspace, rel: &RelPath, mode: u32, exists: bool) -> Result<()
     ws.dir()
         .set_permissions(rel.as_path(), cap_std::fs::Permissions::from_mode(mode))
         .map_err(|e| ws.map_err(e, rel))
+}
+
+/// Put `rel` in the state `target` (a state hash, see [`EntryKind::of_hash`]; `None`: absent)
+/// with `content` (a file's bytes or a symlink's target) and `mode`, only if its state is
+/// still `expect`: the compare-and-swap of an undo done where the files are (a remote
+/// runner). A changed path is refused with `StaleRead`.
+pub fn restore_state(
+    ws: &Workspace,
+    rel: &RelPath,
+    expect: Option<&str>,
+    target: Option<&str>,
+    content: &[u8],
+    mode: Option<u32>,
+) -> Result<(), ToolError> {
+    recheck(ws, rel, expect)?;
+    let now = EntryKind::of_hash(expect);
+    match EntryKind::of_hash(target) {
+        EntryKind::Absent => remove_entry(ws, rel, expect),
+        EntryKind::File => {
+            let cas = match now {
+                EntryKind::Symlink | EntryKind::Dir => {
+                    remove_entry(ws, rel, expect)?;
+                    Expect::Missing
+                }
+                EntryKind::File => Expect::Hash(expect.unwrap_or_default().to_string()),
+                EntryKind::Absent => Expect::Missing,
+            };
+            ws.write_atomic_from(rel, &mut &content[..], &cas, mode)
+                .map(drop)
+        }
+        EntryKind::Symlink => {
+            if now == EntryKind::Dir {
+                remove_entry(ws, rel, expect)?;
+            }
+            make_symlink(ws, rel, content)
+        }
+        EntryKind::Dir => {
+            if now != EntryKind::Dir && now != EntryKind::Absent {
+                remove_entry(ws, rel, expect)?;
+            }
+            make_dir(ws, rel, mode.unwrap_or(0o755), now == EntryKind::Dir)
+        }
+    }
 }
 
 /// Set the stored old hash of change `id` (a symlink's or a directory's state hash).
