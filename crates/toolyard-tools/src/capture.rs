@@ -740,7 +740,15 @@ fn apply(
                     .then(|| rustix::fs::readlinkat(root_fd, rel.as_str(), Vec::new()).ok())
                     .flatten()
                     .map(|t| t.into_bytes());
-                let is_new_dir = stat.kind == Kind::Dir && !was_dir;
+                // A directory made anew (not the one watched before, even under the same name):
+                // what the old one held is gone, and the new one is walked and watched.
+                let old_ino = snap.entries.get(&rel).map(|e| e.stat.ino);
+                let is_new_dir =
+                    stat.kind == Kind::Dir && (!was_dir || old_ino.is_some_and(|i| i != stat.ino));
+                if is_new_dir && was_dir {
+                    let prefix = format!("{rel}/");
+                    snap.entries.retain(|p, _| !p.starts_with(&prefix));
+                }
                 let entry = read_entry(root_fd, &rel, stat, link, scope, store, false);
                 snap.entries.insert(rel.clone(), entry);
                 if is_new_dir {
@@ -1486,6 +1494,17 @@ mod tests {
             1,
             "the excluded directory's change is reported: {skipped:?}"
         );
+        // A directory removed and made again under the same name, with new entries.
+        std::fs::remove_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("a/b/c")).unwrap();
+        std::fs::write(root.join("a/b/c/z"), "z").unwrap();
+        let remade = refresh(&mut ix, &root, &scope(), now_ns()).unwrap();
+        let full = take(&fd, &scope(), None, &mut store, now_ns(), None, &root).unwrap();
+        assert_eq!(seen(&remade), seen(&full));
+        std::fs::write(root.join("a/b/c/z"), "zz").unwrap();
+        let later = refresh(&mut ix, &root, &scope(), now_ns()).unwrap();
+        let full = take(&fd, &scope(), None, &mut store, now_ns(), None, &root).unwrap();
+        assert_eq!(seen(&later), seen(&full), "the remade directory is watched");
         // A directory moved: the watcher cannot follow, so the next look walks again.
         std::fs::rename(root.join("new"), root.join("moved")).unwrap();
         let after_move = refresh(&mut ix, &root, &scope(), now_ns()).unwrap();
