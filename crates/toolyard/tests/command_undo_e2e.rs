@@ -54,13 +54,17 @@ fn env(catalog: &str) -> Env {
         let files = base.join("runner-ws");
         std::fs::create_dir_all(&files).unwrap();
         let wrapper = base.join("runner.sh");
+        // The runner applies the scope of what is journaled: it gets the same settings.
+        let runner_catalog = base.join("runner-catalog.toml");
+        std::fs::write(&runner_catalog, catalog).unwrap();
         std::fs::write(
             &wrapper,
             format!(
-                "#!/bin/sh\nexec '{}' runner --lane \"$1\" --workspace '{}' --state-dir '{}'\n",
+                "#!/bin/sh\nexec '{}' runner --lane \"$1\" --workspace '{}' --state-dir '{}' --catalog '{}'\n",
                 toolyard_bin().display(),
                 files.display(),
-                base.join("runner-state").display()
+                base.join("runner-state").display(),
+                runner_catalog.display()
             ),
         )
         .unwrap();
