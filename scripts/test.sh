@@ -46,6 +46,9 @@ bash tests/containers/run.sh
 echo "== Real clients (Claude Code, Codex CLI) against a scripted model on 127.0.0.1"
 bash tests/clients/run.sh
 
+echo "== command undo end to end again, the runners behind a command link (a wrapper script)"
+TOOLYARD_E2E_LINK=wrapper cargo test -p toolyard --test command_undo_e2e
+
 echo "== MCP Inspector smoke test"
 bash tests/inspector/smoke.sh
 
