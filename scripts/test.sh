@@ -64,6 +64,9 @@ export_lsp=(env PATH="$lsp_prefix/node_modules/.bin:$PATH" TOOLYARD_LSP_REQUIRE=
 "${export_lsp[@]}" cargo test -p toolyard-lsp
 "${export_lsp[@]}" cargo test -p toolyard --test lsp_e2e
 
+echo "== command undo end to end again, the runners behind a command link (a wrapper script)"
+TOOLYARD_E2E_LINK=wrapper cargo test -p toolyard --test command_undo_e2e
+
 echo "== MCP Inspector smoke test"
 bash tests/inspector/smoke.sh
 

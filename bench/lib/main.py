@@ -24,7 +24,7 @@ import common  # noqa: E402
 import report  # noqa: E402
 from common import FD, RESULTS_DIR, RG, TOOLYARD, git_commit, loadavg, log  # noqa: E402
 
-PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits", "remote"]
+PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits", "remote", "cmdundo"]
 
 
 def sh(argv: list[str]) -> str:
@@ -137,6 +137,7 @@ def main() -> int:
         "edits": lambda: __import__("edits").run(),
         "remote": lambda: __import__("remote").run(calls=60 if q else 300, seconds=0.5 if q else 1.0,
                                                    bringup_rounds=1 if q else 3),
+        "cmdundo": lambda: __import__("cmdundo").run(rounds=15 if q else 60),
     }
     if not args.report_only:
         for p in only:
@@ -153,7 +154,7 @@ def main() -> int:
             log(f"{p} took {phases[p]:.0f} s")
     load_end = loadavg()
     wall = time.time() - t0
-    order = ["install", "build", "tree", *PARTS]
+    order = ["install", "build", "tree", "old", *PARTS]
     detail = ", ".join(f"{k} {phases[k]:.0f} s" for k in order if k in phases)
     if full:
         wall_text = f"{wall / 60:.1f} min for the whole `bench/run` ({detail})."

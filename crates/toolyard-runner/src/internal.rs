@@ -106,7 +106,7 @@ fn part_bytes() -> usize {
 /// `read_state {path, max}`: the bytes and mode, or absent (as a journal pre-image); a file
 /// over `max` bytes answers its size instead of its bytes, to read with `read_part`.
 fn read_state(ws: &Workspace, a: StateArgs) -> Result<Value, ToolError> {
-    let pre = crate::process::pre_image(ws, &rel(ws, &a.path)?, a.max.min(PART_BYTES))?;
+    let pre = crate::process::pre_image_state(ws, &rel(ws, &a.path)?, a.max.min(PART_BYTES))?;
     serde_json::to_value(pre).map_err(ToolError::from)
 }
 
@@ -138,6 +138,13 @@ struct RestoreArgs {
     #[serde(default)]
     upload: Option<String>,
     mode: Option<u32>,
+    /// The state hash to restore when it may be a symlink or a directory (an undo of a
+    /// command's change): `content` is then a symlink's target, `expect_hash` a state hash.
+    #[serde(default)]
+    target: Option<String>,
+    /// `target` is set and means "absent" (a creation undone).
+    #[serde(default)]
+    target_absent: bool,
 }
 
 impl Internal {
@@ -165,6 +172,25 @@ impl Internal {
 /// Write `content` to `a.path` (remove it when `None`) if its hash is still `a.expect_hash`.
 fn restore(ws: &Workspace, a: &RestoreArgs, content: Option<Vec<u8>>) -> Result<Value, ToolError> {
     let path = rel(ws, &a.path)?;
+    if a.target.is_some() || a.target_absent {
+        let target = a.target.as_deref().filter(|_| !a.target_absent);
+        let bytes = content.unwrap_or_default();
+        return match toolyard_workspace::restore_state(
+            ws,
+            &path,
+            a.expect_hash.as_deref(),
+            target,
+            &bytes,
+            a.mode,
+        ) {
+            Ok(()) => Ok(json!({ "hash": target })),
+            Err(ToolError::StaleRead { .. }) => Err(ToolError::Conflict(format!(
+                "{} changed on the runner since the undo was planned; nothing was written. Look at it and undo again",
+                a.path
+            ))),
+            Err(e) => Err(e),
+        };
+    }
     let changed = |now: Option<&str>| {
         ToolError::Conflict(format!(
             "{} changed on the runner since the undo was planned ({}); nothing was written. Read the file and edit it instead, or undo again",

@@ -64,8 +64,15 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
     };
     // Held until this function returns: dropping it empties the dir.
     let temp = RunnerTempDir::claim(&state.tmp_dir(), args.lane)?;
+    // The store of what commands may change (see `toolyard_tools::capture`), private to this
+    // runner as its temp dir is, and out of its commands' sight.
+    let capture_root = state.path().join("capture");
+    let capture = std::fs::create_dir_all(&capture_root)
+        .map_err(|e| ToolError::Io(format!("{}: {e}", capture_root.display())))
+        .and_then(|()| RunnerTempDir::claim(&capture_root, args.lane))?;
+    toolyard_tools::capture::set_store_dir(capture.path().to_path_buf());
     let temp_dir = temp.path().to_path_buf();
-    let policy = lane_policy(
+    let mut policy = lane_policy(
         args.lane,
         &root,
         &state,
@@ -73,6 +80,7 @@ pub fn runner_main(args: RunnerArgs) -> Result<(), ToolError> {
         args.catalog.as_deref(),
         &temp_dir,
     )?;
+    policy.runner_write.push(capture.path().to_path_buf());
     let slots = policy.limits.slots();
     // SAFETY: no other thread exists yet (the runtime starts below), so nothing can read the
     // environment concurrently; children inherit TMPDIR pointing at the private temp dir.
@@ -388,7 +396,7 @@ impl RemoteRecords {
         match self.ask_reply(op).await? {
             Reply::Undone(out) => Ok(out),
             Reply::Err(e) => Err(e),
-            Reply::Ok(_) => Err(ToolError::Io(
+            Reply::Ok(_) | Reply::Command(_) => Err(ToolError::Io(
                 "the router answered an undo without its outcome".into(),
             )),
         }
@@ -462,6 +470,7 @@ impl RemoteRecords {
             mode,
             upload: Some(upload),
             size: None,
+            state: None,
         })
     }
 
@@ -579,6 +588,60 @@ impl Records for RemoteRecords {
             .map(drop)
     }
 
+    async fn journal_command(
+        &self,
+        cmd: toolyard_workspace::CommandRecord<'_>,
+    ) -> Result<toolyard_workspace::CommandJournaled, ToolError> {
+        use base64::Engine;
+        let mut entries = Vec::with_capacity(cmd.entries.len());
+        let mut content = Vec::new();
+        for e in cmd.entries {
+            let mut entry = e.clone();
+            let bytes = std::mem::take(&mut entry.old_content);
+            content.extend_from_slice(&bytes);
+            entries.push(crate::protocol::CommandEntryWire {
+                entry,
+                len: bytes.len() as u64,
+            });
+        }
+        let upload = if content.is_empty() {
+            None
+        } else {
+            let upload = format!(
+                "{}-{}",
+                std::process::id(),
+                self.next.fetch_add(1, Ordering::Relaxed)
+            );
+            for (seq, part) in content.chunks(PART_BYTES).enumerate() {
+                self.ask(RecordOp::PreImagePart {
+                    session: cmd.session.into(),
+                    upload: upload.clone(),
+                    seq: seq as u64,
+                    data: base64::engine::general_purpose::STANDARD.encode(part),
+                })
+                .await?;
+            }
+            Some(upload)
+        };
+        let op = RecordOp::JournalCommand {
+            session: cmd.session.into(),
+            call_id: cmd.call_id.into(),
+            tool: cmd.tool.into(),
+            command: cmd.command.into(),
+            entries,
+            skipped: cmd.skipped.to_vec(),
+            upload,
+            since: cmd.since,
+        };
+        match self.ask_reply(op).await? {
+            Reply::Command(done) => Ok(done),
+            Reply::Err(e) => Err(e),
+            _ => Err(ToolError::Io(
+                "the router answered a command's changes without saying what it journaled".into(),
+            )),
+        }
+    }
+
     async fn undo_last_of_path(
         &self,
         session: &str,
@@ -649,9 +712,38 @@ pub(crate) fn pre_image(
             mode,
             upload: None,
             size: Some(b.len() as u64),
+            state: None,
         },
         b => PreImageWire::new(b.as_deref(), mode),
     })
+}
+
+/// [`pre_image`] of any kind of entry, not following a final symlink: a symlink answers its
+/// target as content and its state hash, a directory its mode and state hash (an undo of a
+/// command's change may restore or replace either).
+pub(crate) fn pre_image_state(
+    ws: &Workspace,
+    path: &RelPath,
+    max: usize,
+) -> Result<PreImageWire, ToolError> {
+    let (state, mode) = toolyard_workspace::state_at(ws, path)?;
+    match toolyard_workspace::EntryKind::of_hash(state.as_deref()) {
+        toolyard_workspace::EntryKind::Symlink => {
+            let target = toolyard_workspace::read_link(ws, path)?;
+            let mut wire = PreImageWire::new(Some(&target), None);
+            wire.state = state;
+            Ok(wire)
+        }
+        toolyard_workspace::EntryKind::Dir => Ok(PreImageWire {
+            content: None,
+            hash: None,
+            mode,
+            upload: None,
+            size: None,
+            state,
+        }),
+        _ => pre_image(ws, path, max),
+    }
 }
 
 /// The router's hello, checked: `Err` says why this runner cannot serve it.
@@ -909,7 +1001,8 @@ async fn run_job(
     tokio::select! {
         // The dispatcher checked the arguments and decided `timeout_ms`; a bad argument is
         // still an error result here, never a crash.
-        r = tool.invoke_checked(job.args, &ctx) => r.into(),
+        // The tool's name goes with the call, for what its commands change (`capture`).
+        r = toolyard_tools::capture::TOOL.scope(job.tool.clone(), tool.invoke_checked(job.args, &ctx)) => r.into(),
         // A tool that ignores its token still ends here; command tools kill their tree first.
         _ = async { cancel.cancelled().await; tokio::time::sleep(Duration::from_secs(3)).await } => {
             ToolError::Cancelled.into()

@@ -280,6 +280,30 @@ pub enum RecordOp {
         /// The call's first change.
         first: i64,
     },
+    /// Journal what a command changed (already done) as one group: each entry's previous
+    /// content (a file's bytes, a symlink's target) concatenated in entry order, sent before
+    /// in [`RecordOp::PreImagePart`]s of `upload` (none when there is no content).
+    JournalCommand {
+        /// Session.
+        session: String,
+        /// Call id.
+        call_id: String,
+        /// Tool.
+        tool: String,
+        /// The command line.
+        command: String,
+        /// The entries, in the order they apply.
+        entries: Vec<CommandEntryWire>,
+        /// What it changed out of scope.
+        #[serde(default)]
+        skipped: Vec<toolyard_workspace::Skipped>,
+        /// The upload holding the previous contents.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upload: Option<String>,
+        /// When the capture began (Unix seconds).
+        #[serde(default)]
+        since: f64,
+    },
     /// Undo the session's last change of the path (anthropic's `undo_edit`): the server plans
     /// it from the journal and restores the file with a `restore` job.
     UndoLast {
@@ -290,6 +314,18 @@ pub enum RecordOp {
         /// Workspace-relative path.
         path: String,
     },
+}
+
+/// One entry of a [`RecordOp::JournalCommand`]: a `toolyard_workspace::CommandEntry` with
+/// the length of its previous content in the upload.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CommandEntryWire {
+    /// The entry, its content apart.
+    #[serde(flatten)]
+    pub entry: toolyard_workspace::CommandEntry,
+    /// How many bytes of the upload are its previous content.
+    #[serde(default)]
+    pub len: u64,
 }
 
 /// A file's previous state on the wire (see `toolyard_workspace::PreImage`).
@@ -309,6 +345,10 @@ pub struct PreImageWire {
     /// to read with `read_part`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
+    /// The path is not a regular file: its state hash (`symlink:...` with `content` the
+    /// link's target, or `dir`), as `read_state` answers for an undo of a command's change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 impl PreImageWire {
@@ -321,6 +361,7 @@ impl PreImageWire {
             mode,
             upload: None,
             size: None,
+            state: None,
         }
     }
 
@@ -372,6 +413,8 @@ pub enum Reply {
     Err(ToolError),
     /// An `undo_last` was done: the path's own undo first, then the other files of its group.
     Undone(Vec<toolyard_workspace::UndoOutcome>),
+    /// A command's changes were journaled.
+    Command(toolyard_workspace::CommandJournaled),
 }
 
 impl Reply {
@@ -389,6 +432,7 @@ impl Reply {
             Reply::Ok(v) => Ok(v),
             Reply::Err(e) => Err(e),
             Reply::Undone(outs) => Ok(outs.first().map(|o| o.undo.0)),
+            Reply::Command(done) => Ok(done.ids.first().map(|i| i.0)),
         }
     }
 }

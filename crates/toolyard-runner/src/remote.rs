@@ -110,6 +110,7 @@ impl RemoteFiles for RouterFiles {
             return Ok(FileState {
                 content,
                 mode: pre.mode,
+                state: pre.state,
             });
         };
         // Larger than one line: read it in parts, and check the whole against the hash the
@@ -136,6 +137,7 @@ impl RemoteFiles for RouterFiles {
         Ok(FileState {
             content: Some(bytes),
             mode: pre.mode,
+            state: None,
         })
     }
 
@@ -147,6 +149,48 @@ impl RemoteFiles for RouterFiles {
         expect: Option<&str>,
         content: Option<Vec<u8>>,
         mode: Option<u32>,
+    ) -> Result<Option<String>, ToolError> {
+        self.restore_job(session, change, path, expect, content, mode, None)
+            .await
+    }
+
+    async fn restore_state(
+        &self,
+        session: &str,
+        change: i64,
+        path: &str,
+        expect: Option<&str>,
+        target: Option<&str>,
+        content: Vec<u8>,
+        mode: Option<u32>,
+    ) -> Result<(), ToolError> {
+        self.restore_job(
+            session,
+            change,
+            path,
+            expect,
+            Some(content),
+            mode,
+            Some(target),
+        )
+        .await
+        .map(drop)
+    }
+}
+
+impl RouterFiles {
+    /// The `restore` job: a compare-and-swap write of `path` on the runner; with `target`, of
+    /// any kind of entry (see [`RemoteFiles::restore_state`]).
+    #[allow(clippy::too_many_arguments)]
+    async fn restore_job(
+        &self,
+        session: &str,
+        change: i64,
+        path: &str,
+        expect: Option<&str>,
+        content: Option<Vec<u8>>,
+        mode: Option<u32>,
+        target: Option<Option<&str>>,
     ) -> Result<Option<String>, ToolError> {
         let b64 = base64::engine::general_purpose::STANDARD;
         // Content larger than one line goes ahead in parts, which the restore then names.
@@ -167,6 +211,8 @@ impl RemoteFiles for RouterFiles {
             "content": if upload.is_some() { None } else { content.map(|c| b64.encode(c)) },
             "upload": upload,
             "mode": mode,
+            "target": target.flatten(),
+            "target_absent": target.is_some_and(|t| t.is_none()),
         });
         match self.run(session, "restore", args, true).await {
             Ok(data) => Ok(data.get("hash").and_then(Value::as_str).map(str::to_string)),

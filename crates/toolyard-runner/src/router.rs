@@ -862,6 +862,7 @@ fn claim_is_owned(
         | RecordOp::CheckWrite { session, .. }
         | RecordOp::RecordWrite { session, .. }
         | RecordOp::JournalBegin { session, .. }
+        | RecordOp::JournalCommand { session, .. }
         | RecordOp::PreImagePart { session, .. }
         | RecordOp::RollBack { session, .. }
         | RecordOp::UndoLast { session, .. } => session,
@@ -913,6 +914,12 @@ async fn apply(
             call_id,
             first,
         } => records.roll_back_call(session, call_id, *first).await,
+        RecordOp::JournalCommand { .. } => {
+            return match journal_command(records, op, uploads).await {
+                Ok(done) => Reply::Command(done),
+                Err(e) => Reply::Err(e),
+            };
+        }
         _ => return Reply::from_result(apply_record(records, op, remote, uploads).await),
     };
     match undone {
@@ -1022,9 +1029,75 @@ async fn apply_record(
         RecordOp::JournalEnd { change, done } => {
             records.journal_end(change, done).await.map(|_| None)
         }
+        RecordOp::JournalCommand { .. } => Err(ToolError::Io(
+            "internal: a command's changes in apply_record".into(),
+        )),
         RecordOp::UndoLast { .. } | RecordOp::RollBack { .. } => {
             Err(ToolError::Io("internal: an undo in apply_record".into()))
         }
+    }
+}
+
+/// Journal a runner's [`RecordOp::JournalCommand`], its previous contents taken from its upload.
+async fn journal_command(
+    records: &dyn Records,
+    op: RecordOp,
+    uploads: &std::sync::Mutex<Uploads>,
+) -> Result<toolyard_workspace::CommandJournaled, ToolError> {
+    let uploads = || uploads.lock().unwrap_or_else(|p| p.into_inner());
+    let rel = relative;
+    match op {
+        RecordOp::JournalCommand {
+            session,
+            call_id,
+            tool,
+            command,
+            entries,
+            skipped,
+            upload,
+            since,
+        } => {
+            let content = match &upload {
+                Some(upload) => uploads().take(upload).ok_or_else(|| {
+                    ToolError::InvalidArguments(format!(
+                        "the runner named upload {upload} for a command's changes, which it never sent whole; nothing was journaled"
+                    ))
+                })?,
+                None => Vec::new(),
+            };
+            let total: u64 = entries.iter().map(|e| e.len).sum();
+            if total != content.len() as u64 {
+                return Err(ToolError::InvalidArguments(format!(
+                    "a command's previous contents are {} bytes, its entries name {total}; nothing was journaled",
+                    content.len()
+                )));
+            }
+            let mut list = Vec::with_capacity(entries.len());
+            let mut at = 0usize;
+            for e in entries {
+                rel(&e.entry.path)?;
+                // The lengths sum to the content's (checked above), so this stays in bounds.
+                let end = at + usize::try_from(e.len).unwrap_or(0);
+                let mut entry = e.entry;
+                entry.old_content = content.get(at..end).unwrap_or_default().to_vec();
+                at = end;
+                list.push(entry);
+            }
+            records
+                .journal_command(toolyard_workspace::CommandRecord {
+                    session: &session,
+                    call_id: &call_id,
+                    tool: &tool,
+                    command: &command,
+                    entries: &list,
+                    skipped: &skipped,
+                    since,
+                })
+                .await
+        }
+        _ => Err(ToolError::Io(
+            "internal: not a command's changes in journal_command".into(),
+        )),
     }
 }
 

@@ -305,6 +305,8 @@ impl CommandEnv {
         let (before, hold) = tokio::task::spawn_blocking(move || protected.begin(&dir))
             .await
             .map_err(|e| ToolError::Io(format!("checking the protected paths: {e}")))?;
+        // What it changes in the workspace is journaled as one group (see `capture`).
+        let capture = crate::capture::begin(&self.env).await;
         let result = toolyard_exec::run_or_answer(req).await;
         let finished = match result {
             Ok(Ran::Running(running)) => {
@@ -325,6 +327,9 @@ impl CommandEnv {
                     command,
                     Some(on_end),
                 )?;
+                if let Some(capture) = capture {
+                    crate::capture::adopt(&proc.id, capture, command);
+                }
                 return Ok(Executed::Running(proc, so_far));
             }
             Ok(Ran::Finished(outcome)) => Ok(outcome),
@@ -349,6 +354,23 @@ impl CommandEnv {
                 &mut outcome.stderr
             };
             push_line(stream, &toolyard_exec::protect::describe(&undone));
+        }
+        if let Some(mut capture) = capture {
+            let tool = crate::capture::current_tool();
+            let who = crate::capture::Attribution {
+                session: &ctx.session_id,
+                call_id: &ctx.call_id,
+                tool: &tool,
+                command,
+            };
+            if let Some(line) = capture.checkpoint(&self.env, who).await.line() {
+                let stream = if outcome.merged {
+                    &mut outcome.stdout
+                } else {
+                    &mut outcome.stderr
+                };
+                push_line(stream, &line);
+            }
         }
         Ok(Executed::Finished(outcome))
     }

@@ -5,6 +5,7 @@
 //! arguments and a [`toolyard_core::ToolContext`], and shares a [`ToolEnv`] with its siblings.
 
 pub mod artifacts;
+pub mod capture;
 pub mod command;
 pub mod dialect;
 mod env;

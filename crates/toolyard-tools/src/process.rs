@@ -198,7 +198,9 @@ pub(crate) async fn run_started(
     let taken = proc.take();
     if let Some(ended) = &taken.ended {
         table(commands).remove(&proc.id);
-        return Ok(ended_result(&proc, &taken, ended, ctx.max_output_bytes));
+        let mut result = ended_result(&proc, &taken, ended, ctx.max_output_bytes);
+        capture_line(commands, &proc, ctx, &mut result).await;
+        return Ok(result);
     }
     let mut text = format!(
         "process {} is running ({}); it keeps running after this call\n",
@@ -215,7 +217,9 @@ pub(crate) async fn run_started(
         "read its output with process_output {{\"process_id\": \"{id}\"}}, send it input with process_input, stop it with process_kill",
         id = proc.id
     );
-    Ok(ToolResult::ok(text).with_data(process_data(&proc, &taken)))
+    let mut result = ToolResult::ok(text).with_data(process_data(&proc, &taken));
+    capture_line(commands, &proc, ctx, &mut result).await;
+    Ok(result)
 }
 
 /// Wait until `proc` ends or `wait` passes.
@@ -269,7 +273,9 @@ pub(crate) async fn spawn(
         .state
         .outputs_dir()
         .join(format!("{}-process.log", sanitize(&ctx.call_id)));
-    table(commands).spawn(BgSpawn {
+    // What it changes is journaled at each call that reads or drives it (`capture_line`).
+    let capture = crate::capture::begin(&commands.env).await;
+    let proc = table(commands).spawn(BgSpawn {
         command: command.to_string(),
         cwd: dir,
         env: commands.env_policy.clone(),
@@ -278,7 +284,37 @@ pub(crate) async fn spawn(
         log: Some(log),
         timeout,
         on_end: Some(on_end),
-    })
+    })?;
+    if let Some(capture) = capture {
+        crate::capture::adopt(&proc.id, capture, command);
+    }
+    Ok(proc)
+}
+
+/// Journal what `proc` changed since the last call that read or drove it, as this call's
+/// group, and append the summary line to `result` (see `capture`).
+pub(crate) async fn capture_line(
+    commands: &CommandEnv,
+    proc: &BgProcess,
+    ctx: &ToolContext,
+    result: &mut ToolResult,
+) {
+    let ended = proc.ended().is_some();
+    if let Some(line) = crate::capture::checkpoint_process(
+        &commands.env,
+        &proc.id,
+        &ctx.session_id,
+        &ctx.call_id,
+        ended,
+    )
+    .await
+    {
+        if !result.output.is_empty() && !result.output.ends_with('\n') {
+            result.output.push('\n');
+        }
+        result.output.push_str(&line);
+        result.output.push('\n');
+    }
 }
 
 pub(crate) fn progress_tick(ctx: &ToolContext, id: &str) -> impl Fn(Duration) + Sync + use<> {
@@ -521,7 +557,9 @@ impl TypedTool for OutputTool {
                 _ = ctx.cancel.cancelled() => {}
             }
         }
-        Ok(read_result(commands, &proc, ctx.max_output_bytes, None))
+        let mut result = read_result(commands, &proc, ctx.max_output_bytes, None);
+        capture_line(commands, &proc, ctx, &mut result).await;
+        Ok(result)
     }
 }
 
@@ -572,7 +610,9 @@ impl TypedTool for InputTool {
             );
             t.trim_end().to_string()
         });
-        Ok(read_result(commands, &proc, ctx.max_output_bytes, note))
+        let mut result = read_result(commands, &proc, ctx.max_output_bytes, note);
+        capture_line(commands, &proc, ctx, &mut result).await;
+        Ok(result)
     }
 }
 
@@ -609,12 +649,9 @@ impl TypedTool for KillTool {
             (None, true) => "killed it and its whole process tree".to_string(),
             (Some(s), true) => format!("sent {s}"),
         };
-        Ok(read_result(
-            commands,
-            &proc,
-            ctx.max_output_bytes,
-            Some(note),
-        ))
+        let mut result = read_result(commands, &proc, ctx.max_output_bytes, Some(note));
+        capture_line(commands, &proc, ctx, &mut result).await;
+        Ok(result)
     }
 }
 
@@ -771,6 +808,7 @@ impl TypedTool for ShellTool {
         let (before, hold) = tokio::task::spawn_blocking(move || protected.begin(&dir))
             .await
             .map_err(|e| ToolError::Io(format!("checking the protected paths: {e}")))?;
+        let capture = crate::capture::begin(&self.commands.env).await;
         let result = run_in_shell(&sh, &command, ctx, note).await;
         let undone = tokio::task::spawn_blocking(move || {
             let undone = before.restore(&quarantine);
@@ -785,6 +823,22 @@ impl TypedTool for ShellTool {
                 .output
                 .push_str(&toolyard_exec::protect::describe(&undone));
             result.output.push('\n');
+        }
+        if let Some(mut capture) = capture {
+            let tool = crate::capture::current_tool();
+            let who = crate::capture::Attribution {
+                session: &ctx.session_id,
+                call_id: &ctx.call_id,
+                tool: &tool,
+                command: &command,
+            };
+            if let Some(line) = capture.checkpoint(&self.commands.env, who).await.line() {
+                if !result.output.is_empty() && !result.output.ends_with('\n') {
+                    result.output.push('\n');
+                }
+                result.output.push_str(&line);
+                result.output.push('\n');
+            }
         }
         if sh.ended().is_some() {
             lock(shells()).remove(&ctx.session_id);

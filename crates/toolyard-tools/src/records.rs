@@ -87,6 +87,17 @@ pub trait Records: Send + Sync {
     ) -> Result<i64, ToolError>;
     /// The journaled change landed (`done`) or did not happen.
     async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError>;
+    /// Journal what a command changed (already done), as one group with its previous states,
+    /// and the call with what it changed out of scope; returns its first change's id.
+    async fn journal_command(
+        &self,
+        cmd: toolyard_workspace::CommandRecord<'_>,
+    ) -> Result<toolyard_workspace::CommandJournaled, ToolError> {
+        let _ = cmd;
+        Err(ToolError::Unavailable(
+            "these records cannot journal a command's changes".into(),
+        ))
+    }
     /// Undo the changes call `call_id` of `session` made so far, the journal group of its first
     /// change `first`: a call that changes several files and fails part way puts back the
     /// files it already changed.
@@ -403,6 +414,13 @@ impl Records for LocalRecords {
             undone.swap(0, i);
         }
         Ok(undone)
+    }
+
+    async fn journal_command(
+        &self,
+        cmd: toolyard_workspace::CommandRecord<'_>,
+    ) -> Result<toolyard_workspace::CommandJournaled, ToolError> {
+        self.journal.record_command(&cmd)
     }
 
     async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError> {

@@ -16,6 +16,9 @@ pub struct FileState {
     pub content: Option<Vec<u8>>,
     /// The permission bits, when it exists.
     pub mode: Option<u32>,
+    /// Its state hash when it is not a regular file (`symlink:...`, `content` then holding
+    /// the link's target; or `dir`).
+    pub state: Option<String>,
 }
 
 /// The runner's workspace, reached over its link.
@@ -37,4 +40,24 @@ pub trait RemoteFiles: Send + Sync {
         content: Option<Vec<u8>>,
         mode: Option<u32>,
     ) -> Result<Option<String>, ToolError>;
+
+    /// Like [`RemoteFiles::restore`] for a path that may be a symlink or a directory (an undo
+    /// of a command's change): put it in the state `target` (a state hash; `None`: absent)
+    /// with `content` (a file's bytes or a symlink's target), only if its state is `expect`.
+    #[allow(clippy::too_many_arguments)]
+    async fn restore_state(
+        &self,
+        session: &str,
+        change: i64,
+        path: &str,
+        expect: Option<&str>,
+        target: Option<&str>,
+        content: Vec<u8>,
+        mode: Option<u32>,
+    ) -> Result<(), ToolError> {
+        let _ = (session, change, expect, target, content, mode);
+        Err(ToolError::Unavailable(format!(
+            "cannot restore {path} on this runner: it restores regular files only"
+        )))
+    }
 }

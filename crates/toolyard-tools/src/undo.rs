@@ -203,8 +203,12 @@ async fn check_remote(
         journal.undo_check(&target, target.new_hash.as_deref(), force)?;
     }
     let now = remote.read_state(&target.session, &target.path).await?;
-    let current = now.content.as_deref().map(toolyard_workspace::hash_bytes);
-    let verdict = journal.undo_verdict(&target, current.as_deref(), force)?;
+    // A symlink or a directory answers its state hash (a command may have made either).
+    let current = match &now.state {
+        Some(state) => Some(state.clone()),
+        None => now.content.as_deref().map(toolyard_workspace::hash_bytes),
+    };
+    let verdict = journal.undo_verdict_mode(&target, current.as_deref(), now.mode, force)?;
     Ok(Checked {
         target,
         now,
@@ -337,34 +341,67 @@ async fn restore_remote(
         verdict,
     } = checked;
     let id = target.id;
-    let old = match journal.old_content(id)? {
-        Some(reader) => {
-            use std::io::Read;
-            let mut bytes = Vec::new();
-            reader
-                .take(MAX_REMOTE_FILE_BYTES + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|e| ToolError::Io(format!("reading change {id} from the journal: {e}")))?;
-            if bytes.len() as u64 > MAX_REMOTE_FILE_BYTES {
-                return Err(ToolError::Unavailable(format!(
-                    "the content before change {id} is over {MAX_REMOTE_FILE_BYTES} bytes, more than an undo sends to a remote runner; restore {} with run_command instead",
-                    target.path
-                )));
+    let old = if target.old_kind() == toolyard_workspace::EntryKind::Dir {
+        // A directory has no content: its entries are changes of their own.
+        Some(Vec::new())
+    } else {
+        match journal.old_content(id)? {
+            Some(reader) => {
+                use std::io::Read;
+                let mut bytes = Vec::new();
+                reader
+                    .take(MAX_REMOTE_FILE_BYTES + 1)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| {
+                        ToolError::Io(format!("reading change {id} from the journal: {e}"))
+                    })?;
+                if bytes.len() as u64 > MAX_REMOTE_FILE_BYTES {
+                    return Err(ToolError::Unavailable(format!(
+                        "the content before change {id} is over {MAX_REMOTE_FILE_BYTES} bytes, more than an undo sends to a remote runner; restore {} with run_command instead",
+                        target.path
+                    )));
+                }
+                Some(bytes)
             }
-            Some(bytes)
+            None => None,
         }
-        None => None,
     };
     let pre = PreImage {
         content: now.content.as_deref(),
         mode: now.mode,
     };
-    let undo = journal.record_undo_preimage(&target, session, call_id, group, &pre)?;
+    // A command's change (its modes tracked) may involve symlinks and directories.
+    let kinds = target.new_mode.is_some()
+        || now.state.is_some()
+        || !matches!(
+            target.old_kind(),
+            toolyard_workspace::EntryKind::File | toolyard_workspace::EntryKind::Absent
+        );
+    let undo = if kinds {
+        journal.record_undo_state(&target, session, call_id, group, &pre, now.state.as_deref())?
+    } else {
+        journal.record_undo_preimage(&target, session, call_id, group, &pre)?
+    };
     let bytes = old.as_ref().map_or(0, |b| b.len() as u64);
-    let removed = old.is_none();
+    let removed = !target.existed;
     // Already as before the change (and with its mode): there is nothing to write.
     let restored = if verdict.already && (removed || now.mode == target.old_mode) {
         Ok(())
+    } else if kinds {
+        remote
+            .restore_state(
+                &target.session,
+                undo.0,
+                &target.path,
+                current.as_deref(),
+                target
+                    .existed
+                    .then_some(target.old_hash.as_deref())
+                    .flatten(),
+                old.clone().unwrap_or_default(),
+                target.old_mode,
+            )
+            .await
     } else {
         remote
             .restore(

@@ -16,9 +16,12 @@ mod state;
 pub use confine::{Expect, Protection, RelPath, Staged, Workspace, WriteOutcome};
 pub use hash::{ContentHash, hash_bytes, hash_reader};
 pub use journal::{
-    CHUNK_SIZE, Change, ChangeFilter, ChangeId, ChangeStatus, DEFAULT_MAX_AGE_DAYS,
-    DEFAULT_MAX_BYTES, DEFAULT_MAX_CHANGES, Journal, JournalConfig, NewChange, PreImage, UNDO_TOOL,
-    UndoOutcome, UndoVerdict, remove_stale_temps,
+    CHUNK_SIZE, Change, ChangeFilter, ChangeId, ChangeStatus, CommandCall, CommandEntry,
+    CommandJournaled, CommandRecord, CommandsConfig, DEFAULT_EXCLUDED, DEFAULT_MAX_AGE_DAYS,
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_CALL_BYTES, DEFAULT_MAX_CHANGES, DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_STORE_BYTES, DIR_HASH, EntryKind, Journal, JournalConfig, NewChange, PreImage,
+    SYMLINK_HASH_PREFIX, Skipped, UNDO_TOOL, UndoOutcome, UndoVerdict, read_link,
+    remove_stale_temps, restore_state, state_at, symlink_hash,
 };
 pub use ledger::{Ledger, LedgerLimits, LedgerUpdate, Via};
 pub use state::StateDir;

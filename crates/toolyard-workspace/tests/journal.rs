@@ -891,12 +891,15 @@ fn a_version_1_journal_is_upgraded_in_place() {
         fx.put("old.txt", b"before\n", 0o644);
         fx.write(&j, "s", "old.txt", b"after\n")
     };
-    // Make the database what version 1 wrote: no grp column.
+    // Make the database what version 1 wrote: no grp column (nor version 3's new_mode and
+    // commands table).
     {
         let conn = rusqlite::Connection::open(fx.state.db_path()).unwrap();
         conn.execute_batch(
             "DROP INDEX journal_changes_grp;
              ALTER TABLE journal_changes DROP COLUMN grp;
+             ALTER TABLE journal_changes DROP COLUMN new_mode;
+             DROP TABLE journal_commands;
              UPDATE toolyard_schema SET version = 1 WHERE component = 'journal';",
         )
         .unwrap();

@@ -863,7 +863,7 @@ fn log(args: LogArgs) -> Result<ExitCode> {
     let (ws, journal) = journal(args.ws.workspace.as_deref(), remote)?;
     let changes = journal
         .list(&toolyard_workspace::ChangeFilter {
-            session: args.session,
+            session: args.session.clone(),
             path: args.path,
             status: None,
             limit: Some(args.limit),
@@ -881,11 +881,21 @@ fn log(args: LogArgs) -> Result<ExitCode> {
         out!("none recorded");
     }
     for c in changes {
-        let what = match (&c.undoes, c.existed) {
-            (Some(u), _) => format!("undo of #{}", u.0),
-            (None, false) => "created".to_string(),
-            (None, true) => "modified".to_string(),
+        use toolyard_workspace::EntryKind;
+        let mut what = match (&c.undoes, c.existed, &c.new_hash) {
+            (Some(u), _, _) => format!("undo of #{}", u.0),
+            (None, false, _) => "created".to_string(),
+            (None, true, None) => "removed".to_string(),
+            (None, true, Some(_)) if c.old_hash == c.new_hash => "mode".to_string(),
+            (None, true, Some(_)) => "modified".to_string(),
         };
+        let kind = match c.new_kind() {
+            EntryKind::Absent => c.old_kind(),
+            k => k,
+        };
+        if matches!(kind, EntryKind::Symlink | EntryKind::Dir) {
+            what.push_str(&format!(" ({})", kind.noun()));
+        }
         let mut undone = c
             .undone_by
             .map(|u| format!(" (undone by #{})", u.0))
@@ -904,6 +914,33 @@ fn log(args: LogArgs) -> Result<ExitCode> {
             c.session,
             undone
         );
+    }
+    // What commands changed, with what they changed out of scope (not undoable, and why).
+    let commands = journal
+        .commands(args.session.as_deref(), args.limit)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !commands.is_empty() {
+        out!("commands that changed files:");
+    }
+    for c in commands {
+        let undo = match c.first {
+            Some(first) => format!(
+                "{} change(s) from #{}, undone together (`toolyard undo {}`)",
+                c.changes, first.0, first.0
+            ),
+            None => "nothing undoable".to_string(),
+        };
+        out!(
+            "{} {} [{}] {}: {}",
+            c.time,
+            c.tool,
+            c.session,
+            printable(&c.command),
+            undo
+        );
+        for s in &c.skipped {
+            out!("    not undoable: {} ({})", printable(&s.path), s.reason);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

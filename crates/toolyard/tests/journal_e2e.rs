@@ -786,3 +786,140 @@ fn sigkill_at_random_moments_leaves_files_old_or_new_and_undo_restores_them() {
         }
     }
 }
+
+/// Files one command of the crash test below rewrites, every one of them each time.
+const COMMAND_FILES: usize = 40;
+
+/// A SIGKILL of the server while a command runs or while what it changed is journaled (the
+/// capture, the upload, the one transaction): after a restart nothing is pending, every group
+/// a command's result acknowledged is whole (all its files), every group in the journal is
+/// whole, and the last command is undone exactly.
+#[test]
+fn sigkill_of_the_server_while_a_command_is_journaled_keeps_every_acknowledged_group_whole() {
+    let e = env();
+    let seed = std::env::var("TOOLYARD_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("command crash test seed: {seed} (set TOOLYARD_CRASH_SEED to replay)");
+    let mut rng = Rng(seed);
+    for i in 0..COMMAND_FILES {
+        e.put(&format!("c/{i}"), "gen 0\n");
+    }
+    let command = |generation: u64| {
+        format!(
+            "for i in $(seq 0 {}); do echo 'gen {generation}' > c/$i; done",
+            COMMAND_FILES - 1
+        )
+    };
+    let mut typical = Duration::from_millis(300);
+    let mut acknowledged: Vec<i64> = Vec::new();
+    let mut killed = 0;
+    for generation in 1..=40u64 {
+        let started = Instant::now();
+        let mut child = e
+            .cmd(&["call", "run_command", "-", "--json", "--session", "crash"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let body = serde_json::to_vec(&json!({"command": command(generation)})).unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&body);
+        });
+        let kill = !rng.next().is_multiple_of(4);
+        if kill {
+            let delay = typical.mul_f64((rng.next() % 1000) as f64 / 1000.0 * 1.3);
+            std::thread::sleep(delay);
+            if child.try_wait().unwrap().is_none() {
+                killed += 1;
+            }
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().unwrap();
+        if !out.status.success() {
+            continue;
+        }
+        if !kill {
+            typical = (typical * 3 + started.elapsed()) / 4;
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let text = v["output"].as_str().unwrap_or_default();
+        // An answered call says what it journaled: that is what must survive.
+        if let Some(at) = text.rfind("undo with undo {\"change_id\": ") {
+            let rest = &text[at + 29..];
+            acknowledged.push(rest[..rest.find('}').unwrap()].parse().unwrap());
+        }
+    }
+    eprintln!(
+        "40 commands, {killed} killed while running, {} acknowledged",
+        acknowledged.len()
+    );
+    // A last command, not killed: its group is undone exactly.
+    let before: Vec<Vec<u8>> = (0..COMMAND_FILES)
+        .map(|i| e.bytes(&format!("c/{i}")))
+        .collect();
+    let last = e.ok("run_command", json!({"command": command(1000)}));
+    let text = last["output"].as_str().unwrap();
+    let at = text
+        .rfind("undo with undo {\"change_id\": ")
+        .expect("the last command's undo line");
+    let last_id: i64 = text[at + 29..text[at..].find('}').unwrap() + at]
+        .parse()
+        .unwrap();
+    acknowledged.push(last_id);
+
+    // Restart: the log settles and lists everything.
+    let log = e.log();
+    assert!(
+        log.iter().all(|c| c["status"] != "pending"),
+        "nothing is left pending"
+    );
+    let mut groups: std::collections::BTreeMap<i64, usize> = Default::default();
+    for c in log.iter().filter(|c| c["tool"] == "run_command") {
+        let g = c["group"]
+            .as_i64()
+            .unwrap_or_else(|| c["id"].as_i64().unwrap());
+        *groups.entry(g).or_default() += 1;
+    }
+    for id in &acknowledged {
+        assert_eq!(
+            groups.get(id),
+            Some(&COMMAND_FILES),
+            "acknowledged group {id} is not whole (seed {seed}): {groups:?}"
+        );
+    }
+    for (g, n) in &groups {
+        // Every command rewrites every file (a killed one's partial writes are the next one's
+        // starting point), so a group is whole or absent: never cut short by a kill.
+        assert_eq!(
+            *n, COMMAND_FILES,
+            "group {g} is cut short (seed {seed}): {groups:?}"
+        );
+    }
+    let o = e.run(&["undo", &last_id.to_string()]);
+    assert!(
+        o.status.success(),
+        "undo of the last command: {}",
+        text_of(&o)
+    );
+    let after: Vec<Vec<u8>> = (0..COMMAND_FILES)
+        .map(|i| e.bytes(&format!("c/{i}")))
+        .collect();
+    assert_eq!(
+        after, before,
+        "the last command's undo is exact (seed {seed})"
+    );
+}
+
+fn text_of(o: &Output) -> String {
+    text(o)
+}

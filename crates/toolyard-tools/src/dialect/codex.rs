@@ -356,13 +356,15 @@ impl TypedTool for ExecCommand {
         let tick = process::progress_tick(ctx, &proc.id);
         process::wait_end(&proc, yield_for, &tick, &ctx.cancel).await;
         let taken = proc.take();
-        Ok(unified_result(
+        let mut result = unified_result(
             commands,
             &proc,
             &taken,
             started,
             byte_cap(args.max_output_tokens, ctx),
-        ))
+        );
+        process::capture_line(commands, &proc, ctx, &mut result).await;
+        Ok(result)
     }
 }
 
@@ -427,13 +429,15 @@ impl TypedTool for WriteStdin {
         let wait = Duration::from_millis(yield_ms).min(ctx.max_timeout);
         process::wait_end(&proc, wait, &tick, &ctx.cancel).await;
         let taken = proc.take();
-        Ok(unified_result(
+        let mut result = unified_result(
             commands,
             &proc,
             &taken,
             started,
             byte_cap(args.max_output_tokens, ctx),
-        ))
+        );
+        process::capture_line(commands, &proc, ctx, &mut result).await;
+        Ok(result)
     }
 }
 
