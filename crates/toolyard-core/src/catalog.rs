@@ -136,6 +136,7 @@ struct CatalogFile {
     project: Option<IgnoredAny>,
     processes: Option<IgnoredAny>,
     remote: Option<IgnoredAny>,
+    network: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

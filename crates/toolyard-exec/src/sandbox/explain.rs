@@ -120,6 +120,12 @@ pub fn explain_with(rules: &LaneRules, output: &str, cwd: &Path) -> Option<Strin
                 }
             }
         }
+        if let Some(gate) = super::egress::active()
+            && !rules.offline
+            && NET_REFUSALS.iter().any(|m| line.contains(m))
+        {
+            return Some(gated(rules.lane, gate.port));
+        }
         if rules.offline && NET_REFUSALS.iter().any(|m| line.contains(m)) {
             return Some(format!(
                 "[sandbox: the {} lane has no network (only a private loopback; names do not resolve): run the command with a tool of the net lane (run_command), or fetch what it needs there first (cargo fetch, pip download, npm ci) and work offline here]",
@@ -128,6 +134,13 @@ pub fn explain_with(rules: &LaneRules, output: &str, cwd: &Path) -> Option<Strin
         }
     }
     None
+}
+
+/// The note for a direct connection or a name lookup refused in a lane behind the egress gate.
+fn gated(lane: Lane, port: u16) -> String {
+    format!(
+        "[sandbox: the {lane} lane reaches the network only through Toolyard's egress gate, a proxy at 127.0.0.1:{port} (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY=socks5h://, set for every command): a program that ignores them cannot connect and names do not resolve here; use one that honours them (curl, git, pip, npm, cargo do), or point it at the proxy (e.g. `--proxy $HTTPS_PROXY`); the network: line says what the gate let through and what catalog line allows the rest]"
+    )
 }
 
 /// Device files (`/dev/...`) are opened by many tools and refused for reasons of their own.
