@@ -620,8 +620,20 @@ async fn call(args: CallArgs) -> Result<ExitCode> {
     }
     let dispatcher = dispatcher(&args.common)?;
     // A process that outlives this call lives in the session host, where later calls reach it.
+    let net_lane = !dispatcher.runs_in_server(&args.tool)
+        && dispatcher
+            .spec_of(&args.tool)
+            .is_some_and(|s| s.lane != toolyard_core::Lane::NoNet);
     let result = if host::outlives_call(&dispatcher, &args.tool, &json) {
         host::call(&args.common, &dispatcher, args.session, args.tool, json).await?
+    } else if net_lane
+        && let Some(result) =
+            host::call_if_running(&args.common, &dispatcher, &args.session, &args.tool, &json)
+                .await?
+    {
+        // The net lanes' commands see the servers the host's processes listen on only in its
+        // runners' network namespaces.
+        result
     } else {
         dispatcher
             .call(CallRequest::new(args.session, args.tool, json))

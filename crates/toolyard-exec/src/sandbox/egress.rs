@@ -30,6 +30,8 @@ use toolyard_core::Lane;
 
 use super::{FeatureStatus, SandboxReport, net};
 
+mod ports;
+
 /// The environment variable through which the server hands a runner the gate's unix socket.
 pub const SOCKET_ENV: &str = "TOOLYARD_EGRESS_SOCKET";
 
@@ -79,14 +81,23 @@ pub(crate) fn isolate(lane: Lane, report: &mut SandboxReport) {
         );
         return;
     };
-    let (listener, namespace, how) = match namespace() {
+    let attempt = if std::env::var(super::SKIP_NETNS_ENV).is_ok_and(|v| v == "1") {
+        Err(io::Error::other(format!(
+            "skipped ({}=1)",
+            super::SKIP_NETNS_ENV
+        )))
+    } else {
+        namespace()
+    };
+    let (listener, namespace, how) = match attempt {
         Ok((ns, listener)) => {
             let _ = NETNS.set(ns);
             (
                 listener,
                 true,
                 "commands run in a network namespace of their own with only a loopback, \
-                 where the forwarder listens"
+                 where the forwarder listens; a port a command listens on there is forwarded \
+                 from the same port of the host's 127.0.0.1 (not other interfaces) when free"
                     .to_string(),
             )
         }
@@ -130,7 +141,8 @@ pub(crate) fn isolate(lane: Lane, report: &mut SandboxReport) {
             return;
         }
     };
-    if let Err(e) = spawn_forwarder(listener, socket) {
+    let netns = NETNS.get().map(|fd| fd.as_raw_fd());
+    if let Err(e) = spawn_forwarder(listener, socket, netns) {
         report.add(
             "egress-gate",
             FeatureStatus::NotEnforced,
@@ -380,13 +392,22 @@ fn stream_only_filter() -> Result<BpfProgram, String> {
     BpfProgram::try_from(filter).map_err(|e| e.to_string())
 }
 
-/// Forward each connection to `listener` to the gate's `socket`, on a thread of its own.
-fn spawn_forwarder(listener: OwnedFd, socket: PathBuf) -> io::Result<()> {
+/// Forward each connection to `listener` to the gate's `socket`, on a thread of its own. With
+/// `netns`, that thread enters the namespace, and commands' servers there are mirrored onto
+/// the host's loopback ([`ports`]).
+fn spawn_forwarder(listener: OwnedFd, socket: PathBuf, netns: Option<RawFd>) -> io::Result<()> {
     let listener = std::net::TcpListener::from(listener);
     listener.set_nonblocking(true)?;
+    let port = listener.local_addr()?.port();
+    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("egress-forwarder".into())
         .spawn(move || {
+            // SAFETY: setns on a descriptor this process holds, for this thread only.
+            let inside = netns.is_some_and(|fd| unsafe { libc::setns(fd, libc::CLONE_NEWNET) } == 0);
+            if netns.is_some() && !inside {
+                tracing::warn!(error = %io::Error::last_os_error(), "the forwarder cannot enter the lane's namespace: servers there stay unreachable from the host");
+            }
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_io()
                 .build()
@@ -397,8 +418,16 @@ fn spawn_forwarder(listener: OwnedFd, socket: PathBuf) -> io::Result<()> {
                     return;
                 }
             };
+            if inside {
+                // SAFETY: gettid cannot fail.
+                let _ = tx.send((rt.handle().clone(), unsafe { libc::gettid() }));
+            }
+            drop(tx);
             rt.block_on(forward(listener, socket));
         })?;
+    if let Ok((rt, tid)) = rx.recv() {
+        ports::spawn(rt, tid, port)?;
+    }
     Ok(())
 }
 

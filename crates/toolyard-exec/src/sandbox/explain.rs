@@ -88,6 +88,24 @@ const NET_REFUSALS: &[&str] = &[
 pub fn explain_with(rules: &LaneRules, output: &str, cwd: &Path) -> Option<String> {
     let lines: Vec<&str> = output.lines().collect();
     for (i, line) in lines.iter().enumerate() {
+        // Without a namespace, Landlock and seccomp refuse a direct connection or a datagram
+        // socket with EACCES, which would otherwise read as a file refusal.
+        if let Some(gate) = super::egress::active().filter(|g| !g.namespace)
+            && [
+                "Permission denied",
+                "os error 13",
+                "EACCES",
+                "Couldn't connect to server",
+            ]
+            .iter()
+            .any(|m| line.contains(m))
+            && lines[i.saturating_sub(CONTEXT_LINES)..=i].iter().any(|l| {
+                let l = l.to_ascii_lowercase();
+                l.contains("connect") || l.contains("socket")
+            })
+        {
+            return Some(gated(rules.lane, gate.port));
+        }
         if let Some(at) = FILE_REFUSALS.iter().filter_map(|m| line.find(m)).min() {
             // The path named nearest before the cause first, then a few lines above it
             // (cargo's "Caused by:" chain).

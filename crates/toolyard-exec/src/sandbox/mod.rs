@@ -35,7 +35,8 @@ use toolyard_core::Lane;
 use crate::tree::IdMaps;
 pub use report::{FeatureReport, FeatureStatus, SandboxReport};
 
-/// Set to `1` to skip the network namespace of `no-net`, e.g. to test the seccomp fallback.
+/// Set to `1` to skip the network namespaces (of `no-net`, and of the net lanes' egress gate),
+/// e.g. to test the seccomp and Landlock fallbacks.
 pub const SKIP_NETNS_ENV: &str = "TOOLYARD_SANDBOX_SKIP_NETNS";
 
 /// Secret locations whose reads are denied by default (`~` is the home directory).
