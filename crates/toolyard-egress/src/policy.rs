@@ -51,6 +51,41 @@ pub struct NetworkConfig {
     pub resolve: BTreeMap<HostName, IpAddr>,
 }
 
+impl NetworkConfig {
+    /// What the section lets through, in a line (for `doctor`).
+    pub fn describe(&self) -> String {
+        let list = |l: &[Pattern]| {
+            l.iter()
+                .map(|p| format!("\"{p}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut out = match self.mode {
+            Mode::Open => "mode = open: every host".to_string(),
+            Mode::Allowlist if self.allow.is_empty() => {
+                "mode = allowlist with an empty allow: no host".to_string()
+            }
+            Mode::Allowlist => format!("mode = allowlist: only {}", list(&self.allow)),
+        };
+        if !self.deny.is_empty() {
+            out.push_str(&format!(", never {}", list(&self.deny)));
+        }
+        if !self.resolve.is_empty() {
+            let pins: Vec<String> = self
+                .resolve
+                .iter()
+                .map(|(n, ip)| format!("{} = {ip}", n.0))
+                .collect();
+            out.push_str(&format!("; pinned: {}", pins.join(", ")));
+        }
+        out.push_str(
+            "; link-local and cloud metadata addresses and the machine's own loopback are \
+             refused in every mode unless allow or resolve names the exact address",
+        );
+        out
+    }
+}
+
 /// A host name as the gate compares it: lower case, without a trailing dot.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HostName(pub String);

@@ -735,8 +735,13 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode> {
         "  no-net: {}",
         toolyard_exec::sandbox::no_net_here(&probe, &sandbox)
     );
-    out!("  net:    network allowed; the file and process rules below");
+    out!(
+        "  net:    {}",
+        toolyard_exec::sandbox::egress::net_here(&probe)
+    );
     out!("  heavy:  like net, plus the rlimits and cgroup limits above where available");
+    let network: toolyard_egress::NetworkConfig = catalog.section("network")?;
+    out!("  [network]: {}", network.describe());
     out!(
         "  every lane: writes only in the workspace, the runner's temp dir and the private tool \
          caches (Landlock; renames and links across directories work), Toolyard's state \

@@ -356,6 +356,14 @@ fn the_metadata_address_is_refused_in_open_mode() {
     }
 }
 
+/// Whether this lane runs without a namespace (the fallback refuses datagram sockets).
+fn fallback_here(e: &Env) -> bool {
+    let (_, out) = e.run(
+        "python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM); print('UDP-OK')\"",
+    );
+    !out.contains("UDP-OK")
+}
+
 fn wait_until(mut f: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + Duration::from_secs(20);
     while Instant::now() < end {
@@ -390,13 +398,29 @@ fn a_dev_server_in_the_lane_answers_the_lane_and_the_host_loopback() {
         json!({"command": format!("python3 -u -m http.server {port} --bind 127.0.0.1"),
                "background": true, "yield_ms": 1000}),
     );
+    if v["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("background processes need a PID namespace"))
+    {
+        println!("skipped: no background processes here ({v})");
+        return;
+    }
     let id = v["data"]["process_id"]
         .as_str()
         .unwrap_or_else(|| panic!("a process id: {v}"))
         .to_string();
     // From the same lane (a later call: the session host's runner, the same namespace).
     let (ok, out) = e.run(&format!("curl -sSf http://127.0.0.1:{port}/page.html"));
-    assert!(ok && out.contains("dev server page"), "{out}");
+    if out.contains("no network namespace") || fallback_here(&e) {
+        // doctor says so: "servers commands start listen on the host's loopback itself, and
+        // other commands cannot connect to them".
+        println!(
+            "skipped the same-lane request: no network namespace here, and the fallback's \
+             Landlock rule lets commands connect only to the gate ({out})"
+        );
+    } else {
+        assert!(ok && out.contains("dev server page"), "{out}");
+    }
     // From the host's loopback.
     let mut got = String::new();
     assert!(

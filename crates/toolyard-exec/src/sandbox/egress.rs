@@ -533,3 +533,35 @@ fn recv_fds(sock: RawFd) -> io::Result<Vec<RawFd>> {
         Ok(fds)
     }
 }
+
+/// How the net lanes reach the network here, judged from a [`super::probe`], for `doctor`.
+pub fn net_here(probe: &SandboxReport) -> String {
+    let available = |name: &str| {
+        probe
+            .features
+            .iter()
+            .any(|f| f.name == name && f.status == FeatureStatus::Available)
+    };
+    let gate = "every connection through Toolyard's egress gate, a proxy the server runs outside \
+                the sandbox (HTTP CONNECT, plain HTTP and SOCKS5 at $HTTP_PROXY/$ALL_PROXY; names \
+                resolved by the gate, by [network])";
+    if available("net-namespace") {
+        format!(
+            "{gate}; commands run in a network namespace with only a loopback, so the kernel \
+             refuses every other route (a program ignoring the proxy, UDP, DNS); a port a \
+             command listens on is forwarded from the host's 127.0.0.1 (only there)"
+        )
+    } else if super::fs::kernel_abi() >= 4 && available("seccomp-net") {
+        format!(
+            "{gate}; no network namespace here, so Landlock (ABI 4) lets commands make TCP \
+             connections only to the forwarder's port and seccomp only stream sockets (no UDP, \
+             no DNS); NOT enforced here: a TCP connection to that same port number on another \
+             host; servers commands start listen on the host's loopback itself, and other \
+             commands cannot connect to them"
+        )
+    } else {
+        "NOT ISOLATED here: no network namespace and no Landlock ABI 4 network rules, so \
+         commands reach every address and [network] is not applied to them"
+            .into()
+    }
+}
