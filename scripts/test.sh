@@ -46,6 +46,12 @@ bash tests/containers/run.sh
 echo "== Real clients (Claude Code, Codex CLI) against a scripted model on 127.0.0.1"
 bash tests/clients/run.sh
 
+echo "== The net lane's egress gate: curl, git over HTTP, pip and npm through it, end to end"
+# The workspace run above skips these (saying so) where curl is missing.
+command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
+cargo test -p toolyard-egress
+cargo test -p toolyard --test egress_e2e
+
 echo "== MCP Inspector smoke test"
 bash tests/inspector/smoke.sh
 
