@@ -484,6 +484,93 @@ mod tests {
     use super::*;
     use crate::policy::{HostName, Refusal};
 
+    /// A gate on a socket in `dir` allowing only `up.test` (pinned to 127.0.0.1), and an
+    /// upstream that echoes the request head it got.
+    async fn gate_and_upstream(dir: &Path) -> (Gate, u16) {
+        let up = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = up.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = up.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut got = Vec::new();
+                    while find(&got, b"\r\n\r\n").is_none() {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let body = String::from_utf8_lossy(&got).into_owned();
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = s.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        let config: crate::NetworkConfig = toml::from_str(
+            "mode = \"allowlist\"\nallow = [\"up.test\"]\nresolve = { \"up.test\" = \"127.0.0.1\", \"no.test\" = \"127.0.0.1\" }\n",
+        )
+        .unwrap();
+        let gate = Gate::start(&dir.join("g.sock"), Policy::new(config)).unwrap();
+        (gate, port)
+    }
+
+    async fn exchange(gate: &Gate, send: &[u8]) -> Vec<u8> {
+        let mut c = UnixStream::connect(gate.path()).await.unwrap();
+        c.write_all(send).await.unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out).await;
+        out
+    }
+
+    #[tokio::test]
+    async fn plain_http_is_forwarded_one_request_per_connection_without_proxy_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (gate, port) = gate_and_upstream(dir.path()).await;
+        let req = format!(
+            "GET http://up.test:{port}/x?y HTTP/1.1\r\nHost: up.test:{port}\r\nProxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\n\r\n"
+        );
+        let out = String::from_utf8(exchange(&gate, req.as_bytes()).await).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+        assert!(out.contains("GET /x?y HTTP/1.1\r\n"), "{out}");
+        assert!(out.contains("Connection: close\r\n"), "{out}");
+        assert!(!out.to_ascii_lowercase().contains("proxy-"), "{out}");
+        assert!(!out.contains("keep-alive"), "{out}");
+
+        let req = format!("GET http://no.test:{port}/ HTTP/1.1\r\nHost: no.test\r\n\r\n");
+        let out = String::from_utf8(exchange(&gate, req.as_bytes()).await).unwrap();
+        assert!(out.starts_with("HTTP/1.1 403 Forbidden"), "{out}");
+        assert!(out.contains("allow = [..., \"no.test\"]"), "{out}");
+        let events = gate.events_since(Instant::now() - Duration::from_secs(60));
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(events[0].outcome, Outcome::Allowed);
+    }
+
+    #[tokio::test]
+    async fn socks5_resolves_names_at_the_gate_and_refuses_by_the_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let (gate, port) = gate_and_upstream(dir.path()).await;
+        let socks = |name: &str, cmd: u8| {
+            let mut m = vec![5, 1, 0, 5, cmd, 0, 3, name.len() as u8];
+            m.extend_from_slice(name.as_bytes());
+            m.extend_from_slice(&port.to_be_bytes());
+            m
+        };
+        let mut ok = socks("up.test", 1);
+        ok.extend_from_slice(b"GET / HTTP/1.0\r\n\r\n");
+        let out = exchange(&gate, &ok).await;
+        assert_eq!(&out[..2], &[5, 0], "method: no authentication");
+        assert_eq!(out[3], SOCKS_OK, "{out:?}");
+        assert!(String::from_utf8_lossy(&out[12..]).contains("200 OK"));
+        let out = exchange(&gate, &socks("no.test", 1)).await;
+        assert_eq!(out[3], SOCKS_NOT_ALLOWED, "{out:?}");
+        // UDP ASSOCIATE would carry datagrams past the gate's names.
+        let out = exchange(&gate, &socks("up.test", 3)).await;
+        assert_eq!(out[3], SOCKS_COMMAND_UNSUPPORTED, "{out:?}");
+    }
+
     #[test]
     fn authorities_parse_with_default_ports() {
         let (h, p) = split_authority("github.com", 443).unwrap();
