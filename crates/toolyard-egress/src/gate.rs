@@ -228,7 +228,7 @@ where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    tokio::io::copy_bidirectional_with_sizes(a, b, 64 * 1024, 64 * 1024)
+    tokio::io::copy_bidirectional_with_sizes(a, b, 256 * 1024, 256 * 1024)
         .await
         .map(|_| ())
 }

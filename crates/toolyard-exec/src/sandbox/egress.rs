@@ -451,8 +451,8 @@ async fn forward(listener: std::net::TcpListener, socket: PathBuf) {
                     let _ = tokio::io::copy_bidirectional_with_sizes(
                         &mut client,
                         &mut gate,
-                        64 * 1024,
-                        64 * 1024,
+                        256 * 1024,
+                        256 * 1024,
                     )
                     .await;
                 }
