@@ -66,6 +66,11 @@ export_lsp=(env PATH="$lsp_prefix/node_modules/.bin:$PATH" TOOLYARD_LSP_REQUIRE=
 
 echo "== command undo end to end again, the runners behind a command link (a wrapper script)"
 TOOLYARD_E2E_LINK=wrapper cargo test -p toolyard --test command_undo_e2e
+echo "== The net lane's egress gate: curl, git over HTTP, pip and npm through it, end to end"
+# The workspace run above skips these (saying so) where curl is missing.
+command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
+cargo test -p toolyard-egress
+cargo test -p toolyard --test egress_e2e
 
 echo "== MCP Inspector smoke test"
 bash tests/inspector/smoke.sh

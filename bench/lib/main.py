@@ -1,7 +1,7 @@
 """The benchmark harness behind bench/run: runs the parts asked for, saves each part's figures in
 bench/results/PART.json, then regenerates bench/RESULTS.md and bench/plots/ from those files.
 
-    python3 bench/lib/main.py [--only grep,mcp,lanes,memory,bigfile,edits,remote] [--quick]
+    python3 bench/lib/main.py [--only grep,mcp,lanes,memory,bigfile,edits,remote,cmdundo,egress] [--quick]
 
 (bench/run installs the references, builds and then calls this; see bench/README.md.)
 """
@@ -24,7 +24,7 @@ import common  # noqa: E402
 import report  # noqa: E402
 from common import FD, RESULTS_DIR, RG, TOOLYARD, git_commit, loadavg, log  # noqa: E402
 
-PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits", "remote", "cmdundo"]
+PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits", "remote", "cmdundo", "egress"]
 
 
 def sh(argv: list[str]) -> str:
@@ -135,6 +135,7 @@ def main() -> int:
         "memory": lambda: __import__("memory").run(big_runs=1 if q else 2, grep_runs=1 if q else 3),
         "bigfile": lambda: __import__("bigfile").run(runs=1 if q else 3),
         "edits": lambda: __import__("edits").run(),
+        "egress": lambda: __import__("egress").run(rounds=30 if q else 100, downloads=3 if q else 7),
         "remote": lambda: __import__("remote").run(calls=60 if q else 300, seconds=0.5 if q else 1.0,
                                                    bringup_rounds=1 if q else 3),
         "cmdundo": lambda: __import__("cmdundo").run(rounds=15 if q else 60),

@@ -17,7 +17,7 @@ command -v setpriv >/dev/null || { apt-get update -qq && apt-get install -y -qq 
 cargo build -q -p toolyard --bin toolyard
 cargo build -q -p toolyard-exec --example container_jail
 tests=$(cargo test -q -p toolyard --test lanes_e2e --test runner_boundary --test dev_sandbox_e2e \
-  --test audit_e2e --no-run \
+  --test audit_e2e --test egress_e2e --no-run \
   --message-format=json | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -40,6 +40,11 @@ echo "-- doctor inside a default container's limits says what holds there"
 report=$("$dir/container_jail" "$dir/toolyard" doctor)
 grep -q "no-net: no network namespace here: the seccomp filter" <<<"$report" || {
   echo "doctor did not say how no-net isolates in a container:" >&2
+  echo "$report" >&2
+  status=1
+}
+grep -q "net:    every connection through Toolyard's egress gate.*no network namespace here, so Landlock" <<<"$report" || {
+  echo "doctor did not say how the net lane's egress gate holds in a container:" >&2
   echo "$report" >&2
   status=1
 }

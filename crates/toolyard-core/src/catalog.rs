@@ -137,6 +137,7 @@ struct CatalogFile {
     processes: Option<IgnoredAny>,
     remote: Option<IgnoredAny>,
     lsp: Option<IgnoredAny>,
+    network: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

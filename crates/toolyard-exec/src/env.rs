@@ -218,6 +218,10 @@ impl EnvPolicy {
         for (k, v) in &self.set {
             out.insert(k.into(), v.into());
         }
+        // Last: in a lane behind the egress gate, no other proxy can be reached.
+        for (k, v) in crate::sandbox::egress::command_env() {
+            out.insert(k.into(), v.into());
+        }
         out.into_iter().collect()
     }
 }

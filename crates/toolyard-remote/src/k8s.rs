@@ -855,6 +855,7 @@ impl RunnerLink for KubeLink {
             writer: io.writer,
             stderr: io.stderr,
             child: None,
+            egress: None,
         })
     }
 

@@ -15,10 +15,10 @@ use crate::HooksConfig;
 use crate::link::RemoteConfig;
 
 /// Check every section of `catalog` (`[policy]`, `[sandbox]`, `[lanes]`, `[exec]`, `[hooks]`,
-/// `[journal]`, `[web]`, `[oracle]`, `[project]`, `[processes]`, `[remote]`) and the policy's patterns; the error lists
+/// `[journal]`, `[web]`, `[oracle]`, `[project]`, `[processes]`, `[remote]`, `[network]`) and the policy's patterns; the error lists
 /// every mistake found, one a line. The tools and profiles were checked when it was parsed.
 pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
-    let checks: [Result<(), CatalogError>; 12] = [
+    let checks: [Result<(), CatalogError>; 13] = [
         catalog.check_section::<PolicyConfig>("policy"),
         catalog.check_section::<SandboxConfig>("sandbox"),
         catalog.check_section::<LanesConfig>("lanes"),
@@ -31,6 +31,7 @@ pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
         catalog.check_section::<ProcessesConfig>("processes"),
         catalog.check_section::<RemoteConfig>("remote"),
         catalog.check_section::<toolyard_lsp::LspConfig>("lsp"),
+        catalog.check_section::<toolyard_egress::NetworkConfig>("network"),
     ];
     let mut messages: Vec<String> = checks
         .into_iter()

@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,7 +18,9 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::process::{Child, Command};
-use toolyard_core::{Lane, ToolError};
+use toolyard_core::{Catalog, Lane, ToolError};
+use toolyard_egress::{Gate, NetworkConfig, Policy};
+use toolyard_exec::sandbox::egress::SOCKET_ENV;
 
 use crate::protocol::DEFAULT_HEARTBEAT_MS;
 
@@ -31,6 +34,44 @@ pub struct LinkIo {
     pub stderr: Option<Box<dyn AsyncRead + Send + Unpin>>,
     /// The local process behind the link, killed when the link is declared dead.
     pub child: Option<Child>,
+    /// The egress gate of this runner's commands, when the link started one (local net and
+    /// heavy runners): it serves as long as the runner's connection is kept.
+    pub egress: Option<Arc<LaneGate>>,
+}
+
+/// A gate for one runner and the private directory of its socket.
+#[derive(Debug)]
+pub struct LaneGate {
+    /// The gate (dropped first: it removes its socket).
+    pub gate: Gate,
+    _dir: tempfile::TempDir,
+}
+
+impl LaneGate {
+    /// Start a gate applying `catalog`'s `[network]` on a socket in a new private directory
+    /// (mode 0700, under the server's temp dir). Call inside a tokio runtime.
+    pub fn start(catalog: &Catalog, lane: Lane) -> Result<Self, ToolError> {
+        let config: NetworkConfig = catalog
+            .section("network")
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let dir = tempfile::Builder::new()
+            .prefix("toolyard-egress-")
+            .tempdir()
+            .map_err(|e| ToolError::Io(format!("cannot make the egress gate's directory: {e}")))?;
+        let path = dir.path().join(format!("{lane}.sock"));
+        let gate = Gate::start(&path, Policy::new(config)).map_err(|e| {
+            ToolError::Io(format!(
+                "cannot start the egress gate on {}: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(Self { gate, _dir: dir })
+    }
+
+    /// The `network:` line for what the gate decided at or after `since`.
+    pub fn summary_since(&self, since: std::time::Instant) -> Option<String> {
+        toolyard_egress::summarize(&self.gate.events_since(since))
+    }
 }
 
 /// A way to reach runners.
@@ -83,7 +124,24 @@ impl RunnerLink for RunnerSpawn {
         if let Some(s) = &self.state_dir {
             cmd.arg("--state-dir").arg(s);
         }
-        spawn(cmd, lane, &self.exe.display().to_string())
+        // The net lanes' commands reach the network only through a gate run here, outside
+        // every sandbox.
+        let egress = if lane == Lane::NoNet {
+            None
+        } else {
+            let catalog = match &self.catalog {
+                Some(p) => {
+                    Catalog::load(p).map_err(|e| ToolError::InvalidArguments(e.to_string()))?
+                }
+                None => Catalog::builtin(),
+            };
+            let gate = LaneGate::start(&catalog, lane)?;
+            cmd.env(SOCKET_ENV, gate.gate.path());
+            Some(Arc::new(gate))
+        };
+        let mut io = spawn(cmd, lane, &self.exe.display().to_string())?;
+        io.egress = egress;
+        Ok(io)
     }
 
     fn per_session(&self) -> bool {
@@ -262,6 +320,7 @@ fn spawn(mut cmd: Command, lane: Lane, what: &str) -> Result<LinkIo, ToolError> 
         writer: Box::new(writer),
         stderr: Some(Box::new(stderr)),
         child: Some(child),
+        egress: None,
     })
 }
 

@@ -74,6 +74,8 @@ pub(crate) struct RunnerConn {
     pid: u32,
     /// What its sandbox enforces, from its `ready`.
     sandbox: String,
+    /// The egress gate of its commands, if the link started one.
+    egress: Option<Arc<crate::link::LaneGate>>,
 }
 
 /// Journal entries whose runner's link died before it ended them, per session token: the
@@ -300,8 +302,33 @@ impl Router {
             .await
     }
 
-    /// Run `job` on the runner behind `conn`.
+    /// Run `job` on the runner behind `conn`; its result ends with the `network:` line of
+    /// what the lane's egress gate let through or refused while it ran.
     pub(crate) async fn submit_on(
+        &self,
+        conn: &RunnerConn,
+        lane: Lane,
+        job: Job,
+        cancel: CancellationToken,
+        progress: ProgressSink,
+        mutating: bool,
+    ) -> ToolResult {
+        let since = std::time::Instant::now();
+        let mut result = self
+            .submit_raw(conn, lane, job, cancel, progress, mutating)
+            .await;
+        // Per runner, by time: the connections of calls running beside this one in the same
+        // lane show up in both (the gate cannot tell the commands of one runner apart).
+        if let Some(line) = conn.egress.as_ref().and_then(|g| g.summary_since(since)) {
+            if !result.output.is_empty() && !result.output.ends_with('\n') {
+                result.output.push('\n');
+            }
+            result.output.push_str(&line);
+        }
+        result
+    }
+
+    async fn submit_raw(
         &self,
         conn: &RunnerConn,
         lane: Lane,
@@ -389,6 +416,7 @@ impl Router {
         let lane = key.1;
         let token = key.0.clone().unwrap_or_else(|| "shared".into());
         let io = self.link.open(lane, &token).await?;
+        let egress = io.egress;
         let mut child = io.child;
         let stderr_tail = Arc::new(std::sync::Mutex::new(String::new()));
         if let Some(stderr) = io.stderr {
@@ -473,6 +501,7 @@ impl Router {
             alive,
             pid,
             sandbox,
+            egress,
         })
     }
 }

