@@ -33,6 +33,7 @@
 
 pub mod blocking;
 mod catalog;
+pub mod engine;
 mod error;
 mod result;
 pub mod schema;
@@ -41,8 +42,10 @@ mod tool;
 mod validate;
 
 pub use catalog::{
-    ALL_PROFILE, Catalog, CatalogError, DEFAULT_CATALOG, DEFAULT_MAX_OUTPUT_BYTES, Lane, ToolSpec,
+    ALL_PROFILE, ArgvPart, Catalog, CatalogError, CustomTool, DEFAULT_CATALOG,
+    DEFAULT_MAX_OUTPUT_BYTES, Lane, ToolSpec, shell_quote,
 };
+pub use engine::{Bound, CallShape, Engine, Outlives, Site};
 pub use error::{ToolError, unknown_tool};
 pub use result::{Image, ToolResult};
 pub use schema::{

@@ -6,6 +6,7 @@
 
 pub mod artifacts;
 pub mod command;
+pub mod custom;
 pub mod dialect;
 mod env;
 pub mod files;

@@ -1,0 +1,434 @@
+//! The one table of facts about tools: [`Engine`], one variant per built-in catalog entry
+//! (`[tools.NAME]` of `default_catalog.toml`), with what the rest of the code asks of a tool as
+//! methods. Every dialect tool runs under one engine (claude-code's `Bash` under
+//! [`Engine::RunCommand`]) and takes its lane, limits and facts from it; the shape of its own
+//! arguments (which one carries the command line, the path, the process id) is its
+//! [`CallShape`], declared next to the tool.
+//!
+//! Adding an engine: a variant here, its row in [`Engine::BUILTIN`] and in each `match` below
+//! (the compiler points at every one), its `[tools.NAME]` entry in `default_catalog.toml`,
+//! and the tool itself in `toolyard-tools`. A test fails when an engine has no catalog entry or
+//! a dialect tool no engine.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A tool engine: what a served tool runs under, its catalog entry and its facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Engine {
+    /// `read_file`.
+    ReadFile,
+    /// `write_file`.
+    WriteFile,
+    /// `edit_file`.
+    EditFile,
+    /// `list_directory`.
+    ListDirectory,
+    /// `glob`.
+    Glob,
+    /// `grep`.
+    Grep,
+    /// `run_command`.
+    RunCommand,
+    /// `run_command_isolated`.
+    RunCommandIsolated,
+    /// `web_fetch`.
+    WebFetch,
+    /// `web_search`.
+    WebSearch,
+    /// `build`.
+    Build,
+    /// `test`.
+    Test,
+    /// `validate`.
+    Validate,
+    /// `complete_task`.
+    CompleteTask,
+    /// `create_plan`.
+    CreatePlan,
+    /// `create_spec`.
+    CreateSpec,
+    /// `create_phase`.
+    CreatePhase,
+    /// `undo`.
+    Undo,
+    /// `oracle`.
+    Oracle,
+    /// `process_output`.
+    ProcessOutput,
+    /// `process_input`.
+    ProcessInput,
+    /// `process_kill`.
+    ProcessKill,
+    /// `process_list`.
+    ProcessList,
+    /// `shell`.
+    Shell,
+    /// A command tool the catalog declares (`[tools.NAME]` with `command`): its entry is keyed
+    /// by its own name, and it runs its argv in its lane's runner.
+    Custom,
+    /// A Rust tool an embedder registered on the dispatcher: it runs in the server process,
+    /// under the limits it was registered with.
+    Embedded,
+}
+
+/// Where an engine's calls run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Site {
+    /// Always in the server process: it touches only Toolyard's own state (or is an
+    /// embedder's Rust tool).
+    Server,
+    /// In the server process, on the workspace's path confinement; in the lane's runner when
+    /// the workspace is remote (a `[remote]` link), since the server never touches its files.
+    Files,
+    /// In the runner of its catalog lane.
+    Lane,
+    /// In the runner of the lane its process id names (`net-3`), whatever its catalog lane.
+    ByProcessId,
+    /// In every lane whose runner runs, merged.
+    EveryLane,
+}
+
+/// How much work one call of an engine may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// Bounded by its output cap (one window of one file, two levels of a directory): it may
+    /// run on the request's own thread.
+    Prompt,
+    /// A write: bounded when what it writes is small ([`SMALL_WRITE_BYTES`]).
+    SmallWrite,
+    /// Open-ended (a walk, a command, the network).
+    Open,
+}
+
+/// Whether a call of an engine may leave something running past its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outlives {
+    /// Never.
+    Never,
+    /// Always: it starts or reaches a process (the persistent shell, the process tools).
+    Always,
+    /// When its arguments ask (a background or yielding command; see [`CallShape`]).
+    WhenAsked,
+}
+
+/// The largest file, and argument, of a [`Bound::SmallWrite`] call that may still run on the
+/// request's own thread: one that takes well under a millisecond.
+pub const SMALL_WRITE_BYTES: usize = 256 * 1024;
+
+impl Engine {
+    /// Every engine with a built-in catalog entry, in the catalog's order.
+    pub const BUILTIN: [Engine; 24] = [
+        Engine::ReadFile,
+        Engine::WriteFile,
+        Engine::EditFile,
+        Engine::ListDirectory,
+        Engine::Glob,
+        Engine::Grep,
+        Engine::RunCommand,
+        Engine::RunCommandIsolated,
+        Engine::WebFetch,
+        Engine::WebSearch,
+        Engine::Build,
+        Engine::Test,
+        Engine::Validate,
+        Engine::CompleteTask,
+        Engine::CreatePlan,
+        Engine::CreateSpec,
+        Engine::CreatePhase,
+        Engine::Undo,
+        Engine::Oracle,
+        Engine::ProcessOutput,
+        Engine::ProcessInput,
+        Engine::ProcessKill,
+        Engine::ProcessList,
+        Engine::Shell,
+    ];
+
+    /// Its catalog key (`custom` and `embedded` for the two kinds without a built-in entry).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Engine::ReadFile => "read_file",
+            Engine::WriteFile => "write_file",
+            Engine::EditFile => "edit_file",
+            Engine::ListDirectory => "list_directory",
+            Engine::Glob => "glob",
+            Engine::Grep => "grep",
+            Engine::RunCommand => "run_command",
+            Engine::RunCommandIsolated => "run_command_isolated",
+            Engine::WebFetch => "web_fetch",
+            Engine::WebSearch => "web_search",
+            Engine::Build => "build",
+            Engine::Test => "test",
+            Engine::Validate => "validate",
+            Engine::CompleteTask => "complete_task",
+            Engine::CreatePlan => "create_plan",
+            Engine::CreateSpec => "create_spec",
+            Engine::CreatePhase => "create_phase",
+            Engine::Undo => "undo",
+            Engine::Oracle => "oracle",
+            Engine::ProcessOutput => "process_output",
+            Engine::ProcessInput => "process_input",
+            Engine::ProcessKill => "process_kill",
+            Engine::ProcessList => "process_list",
+            Engine::Shell => "shell",
+            Engine::Custom => "custom",
+            Engine::Embedded => "embedded",
+        }
+    }
+
+    /// The built-in engine whose catalog key is `name`.
+    pub fn builtin(name: &str) -> Option<Engine> {
+        Engine::BUILTIN.into_iter().find(|e| e.name() == name)
+    }
+
+    /// Whether it has an entry of its own in the built-in catalog.
+    pub const fn is_builtin(self) -> bool {
+        !matches!(self, Engine::Custom | Engine::Embedded)
+    }
+
+    /// Where its calls run.
+    pub const fn site(self) -> Site {
+        use Engine::*;
+        match self {
+            ReadFile | WriteFile | EditFile | ListDirectory | Glob | Grep => Site::Files,
+            Undo | CompleteTask | Embedded => Site::Server,
+            ProcessOutput | ProcessInput | ProcessKill => Site::ByProcessId,
+            ProcessList => Site::EveryLane,
+            RunCommand | RunCommandIsolated | WebFetch | WebSearch | Build | Test | Validate
+            | CreatePlan | CreateSpec | CreatePhase | Oracle | Shell | Custom => Site::Lane,
+        }
+    }
+
+    /// Whether its calls run in the server process, `remote` saying whether the workspace is
+    /// on the runners' side of a `[remote]` link.
+    pub const fn runs_in_server(self, remote: bool) -> bool {
+        match self.site() {
+            Site::Server => true,
+            Site::Files => !remote,
+            Site::Lane | Site::ByProcessId | Site::EveryLane => false,
+        }
+    }
+
+    /// Whether it runs in the lane its process id names, or in every lane.
+    pub const fn runs_in_process_lane(self) -> bool {
+        matches!(self.site(), Site::ByProcessId | Site::EveryLane)
+    }
+
+    /// Whether it is a process tool: it reaches a background process by its id.
+    pub const fn is_process_tool(self) -> bool {
+        matches!(self.site(), Site::ByProcessId)
+    }
+
+    /// How much work one call may be.
+    pub const fn bound(self) -> Bound {
+        match self {
+            Engine::ReadFile | Engine::ListDirectory => Bound::Prompt,
+            Engine::WriteFile | Engine::EditFile => Bound::SmallWrite,
+            _ => Bound::Open,
+        }
+    }
+
+    /// Whether its calls may change the workspace, whatever its tools' annotations say (a
+    /// read-only tool is still trusted: see the hooks' `is_mutating`). `shell` is not: a
+    /// persistent shell's effects are not one call's.
+    pub const fn changes_files(self) -> bool {
+        use Engine::*;
+        matches!(
+            self,
+            WriteFile
+                | EditFile
+                | Undo
+                | RunCommand
+                | RunCommandIsolated
+                | Build
+                | Test
+                | Validate
+                | CreatePlan
+                | CreateSpec
+                | CreatePhase
+                | Custom
+                | Embedded
+        )
+    }
+
+    /// Whether its results name exactly the files it changed (`files_changed`); a command's
+    /// changes are found by comparing the workspace before and after instead.
+    pub const fn reports_changed_files(self) -> bool {
+        use Engine::*;
+        matches!(
+            self,
+            WriteFile | EditFile | Undo | CreatePlan | CreateSpec | CreatePhase | Embedded
+        )
+    }
+
+    /// Whether its calls run a shell command the call carries (see [`CallShape::command`]),
+    /// or, for a catalog command tool, an argv: the command policy applies to both.
+    pub const fn runs_commands(self) -> bool {
+        use Engine::*;
+        matches!(
+            self,
+            RunCommand | RunCommandIsolated | Shell | Build | Test | Validate | Custom
+        )
+    }
+
+    /// Whether a call may leave something running past its answer.
+    pub const fn outlives_call(self) -> Outlives {
+        use Engine::*;
+        match self {
+            Shell | ProcessOutput | ProcessInput | ProcessKill | ProcessList => Outlives::Always,
+            RunCommand | RunCommandIsolated => Outlives::WhenAsked,
+            _ => Outlives::Never,
+        }
+    }
+
+    /// The shape of its engine tool's own arguments (the loopr vocabulary); a dialect tool
+    /// whose arguments differ declares its own.
+    pub const fn shape(self) -> CallShape {
+        use Engine::*;
+        match self {
+            RunCommand | RunCommandIsolated => CallShape {
+                command: Some("command"),
+                background: &["background", "tty"],
+                yields: &["yield_ms"],
+                ..CallShape::NONE
+            },
+            Shell | Build | Test | Validate => CallShape {
+                command: Some("command"),
+                ..CallShape::NONE
+            },
+            WriteFile | EditFile => CallShape {
+                path: Some("path"),
+                ..CallShape::NONE
+            },
+            ProcessOutput | ProcessInput | ProcessKill => CallShape {
+                process_id: Some("process_id"),
+                ..CallShape::NONE
+            },
+            _ => CallShape::NONE,
+        }
+    }
+}
+
+/// Which of a tool's arguments carry what the layers ask about a call, declared beside the
+/// tool (a dialect's names differ: claude-code's `file_path`, codex's `cmd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallShape {
+    /// The argument carrying the command line the command policy checks.
+    pub command: Option<&'static str>,
+    /// The argument naming the file a write changes (to tell a small write).
+    pub path: Option<&'static str>,
+    /// The argument naming the background process the call reaches.
+    pub process_id: Option<&'static str>,
+    /// Boolean arguments that, when true, leave the command running past the call.
+    pub background: &'static [&'static str],
+    /// Arguments that, when given, let the call answer while its command runs on.
+    pub yields: &'static [&'static str],
+    /// Whether the call may answer while its command runs on even without those (Codex's
+    /// `exec_command` yields after its default `yield_time_ms`).
+    pub yields_by_default: bool,
+}
+
+impl CallShape {
+    /// No argument the layers look at.
+    pub const NONE: CallShape = CallShape {
+        command: None,
+        path: None,
+        process_id: None,
+        background: &[],
+        yields: &[],
+        yields_by_default: false,
+    };
+
+    /// Every argument name it declares.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> {
+        [self.command, self.path, self.process_id]
+            .into_iter()
+            .flatten()
+            .chain(self.background.iter().copied())
+            .chain(self.yields.iter().copied())
+    }
+
+    /// The command line `args` carry, if any.
+    pub fn command_of<'a>(&self, args: &'a serde_json::Value) -> Option<&'a str> {
+        self.command
+            .and_then(|k| args.get(k))
+            .and_then(serde_json::Value::as_str)
+    }
+
+    /// The path `args` name, if any.
+    pub fn path_of<'a>(&self, args: &'a serde_json::Value) -> Option<&'a str> {
+        self.path
+            .and_then(|k| args.get(k))
+            .and_then(serde_json::Value::as_str)
+    }
+
+    /// The process id `args` name ("" when none).
+    pub fn process_id_of<'a>(&self, args: &'a serde_json::Value) -> &'a str {
+        self.process_id
+            .and_then(|k| args.get(k))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+    }
+
+    /// Whether `args` ask the command to go on past the call.
+    pub fn asks_to_outlive(&self, args: &serde_json::Value) -> bool {
+        let on = |k: &&str| args.get(*k).and_then(serde_json::Value::as_bool) == Some(true);
+        let given = |k: &&str| args.get(*k).is_some_and(|v| !v.is_null());
+        self.yields_by_default || self.background.iter().any(on) || self.yields.iter().any(given)
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Engine {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Engine::builtin(s).ok_or_else(|| format!("no engine `{s}`"))
+    }
+}
+
+impl PartialEq<&str> for Engine {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_names_round_trip_and_are_distinct() {
+        let mut seen = std::collections::HashSet::new();
+        for e in Engine::BUILTIN {
+            assert!(e.is_builtin());
+            assert_eq!(Engine::builtin(e.name()), Some(e));
+            assert!(seen.insert(e.name()), "{e} twice");
+        }
+        assert_eq!(Engine::builtin("custom"), None);
+        assert_eq!(Engine::builtin("embedded"), None);
+    }
+
+    #[test]
+    fn facts_hold_together() {
+        for e in Engine::BUILTIN
+            .into_iter()
+            .chain([Engine::Custom, Engine::Embedded])
+        {
+            // What reports its files changes files.
+            assert!(!e.reports_changed_files() || e.changes_files(), "{e}");
+            // Only what runs in the server may run on the request's own thread.
+            assert!(e.bound() == Bound::Open || e.site() == Site::Files, "{e}");
+            // A command-carrying shape belongs to a command engine.
+            assert!(e.shape().command.is_none() || e.runs_commands(), "{e}");
+            assert!(e.shape().process_id.is_none() || e.is_process_tool(), "{e}");
+            let asks = !(e.shape().background.is_empty() && e.shape().yields.is_empty());
+            assert_eq!(e.outlives_call() == Outlives::WhenAsked, asks, "{e}");
+        }
+    }
+}
