@@ -892,3 +892,102 @@ mod tests {
         assert!(c.section::<P>("hooks").unwrap().deny.is_empty());
     }
 }
+
+#[cfg(test)]
+mod custom_tests {
+    use super::*;
+
+    const LINT: &str = r#"
+[tools.lint]
+lane = "no-net"
+description = "Lint one file"
+command = ["ruff", "check", "{path}"]
+timeout_ms = 60000
+parameters = { type = "object", properties = { path = { type = "string" } }, required = ["path"] }
+"#;
+
+    fn err(text: &str) -> String {
+        Catalog::parse_over_builtin(text, "c.toml")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_command_tool_is_served_with_its_limits_and_schema() {
+        let c = Catalog::parse_over_builtin(LINT, "c.toml").unwrap();
+        let spec = c.tool("lint").unwrap();
+        assert_eq!(spec.lane, Lane::NoNet);
+        assert_eq!(spec.timeout_ms, 60_000);
+        let t = &c.custom_tools()["lint"];
+        assert_eq!(
+            t.command,
+            vec![
+                ArgvPart::Literal("ruff".into()),
+                ArgvPart::Literal("check".into()),
+                ArgvPart::Param("path".into())
+            ]
+        );
+        assert_eq!(t.parameters["additionalProperties"], false);
+        assert!(c.profile("all").unwrap().contains(&"lint".to_string()));
+        let argv = t
+            .argv(&serde_json::json!({"path": "a b; rm -rf /"}))
+            .unwrap();
+        assert_eq!(argv, ["ruff", "check", "a b; rm -rf /"]);
+        assert_eq!(
+            t.command_line(&serde_json::json!({"path": "it's"}))
+                .unwrap(),
+            r"ruff check 'it'\''s'"
+        );
+    }
+
+    #[test]
+    fn bad_command_tools_are_refused_at_load() {
+        let e = err(&LINT.replace("{path}\"]", "{file}\"]"));
+        assert!(
+            e.contains("`{file}`") && e.contains("does not declare"),
+            "{e}"
+        );
+        let e = err(&LINT.replace("\"{path}\"", "\"--file={path}\""));
+        assert!(e.contains("whole element"), "{e}");
+        let e = err(&LINT.replace("[tools.lint]", "[tools.read_file]"));
+        assert!(e.contains("built-in tool"), "{e}");
+        let e = err(&LINT.replace(
+            "type = \"object\", properties",
+            "type = \"array\", properties",
+        ));
+        assert!(e.contains("type = \"object\""), "{e}");
+        let e = err(&LINT.replace("{ type = \"string\" }", "{ type = \"bogus\" }"));
+        assert!(e.contains("not a valid JSON Schema"), "{e}");
+        let e = err(&LINT.replace("description = \"Lint one file\"\n", ""));
+        assert!(e.contains("needs a `description`"), "{e}");
+        let e = err(&LINT.replace("{ type = \"string\" }", "{ type = \"array\" }"));
+        assert!(e.contains("one argument of the command"), "{e}");
+        let e = err(&LINT.replace("[\"ruff\", \"check\", \"{path}\"]", "[]"));
+        assert!(e.contains("`command` is empty"), "{e}");
+        // Where it is: the table's line.
+        assert!(err(&LINT.replace("{path}\"]", "{file}\"]")).contains("line 2"));
+        // An entry without `command` is still an unknown tool, and says how to declare one.
+        let e = err("[tools.lnt]\nlane = \"no-net\"\n");
+        assert!(
+            e.contains("no tool `lnt`") && e.contains("give it a `command`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn literal_braces_stay_literal() {
+        let c = Catalog::parse_over_builtin(
+            &LINT.replace(
+                "[\"ruff\", \"check\", \"{path}\"]",
+                "[\"find\", \".\", \"-exec\", \"echo\", \"{}\", \";\"]",
+            ),
+            "c.toml",
+        )
+        .unwrap();
+        assert!(
+            c.custom_tools()["lint"]
+                .command
+                .contains(&ArgvPart::Literal("{}".into()))
+        );
+    }
+}
