@@ -89,6 +89,19 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
+    /// An entry in `lane` with the default time limit `timeout_ms`, a ceiling of ten minutes
+    /// (or the limit, if longer) and the default output limit: what a catalog entry that sets
+    /// only these gets.
+    pub fn new(lane: Lane, timeout_ms: u64) -> Self {
+        Self {
+            lane,
+            timeout_ms,
+            max_timeout_ms: timeout_ms.max(600_000),
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            description: None,
+        }
+    }
+
     /// The default time limit as a duration.
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)

@@ -251,6 +251,17 @@ impl Dispatcher {
     /// `files_changed`, which auto-commit commits). Refused when the name is taken or its
     /// schema does not compile.
     pub fn register(&mut self, tool: Arc<dyn Tool>, spec: ToolSpec) -> Result<(), ToolError> {
+        self.register_shaped(tool, spec, toolyard_core::CallShape::NONE)
+    }
+
+    /// [`Dispatcher::register`] for a tool whose arguments carry what a layer checks: with
+    /// `shape.command`, the command policy judges that argument before the tool runs.
+    pub fn register_shaped(
+        &mut self,
+        tool: Arc<dyn Tool>,
+        spec: ToolSpec,
+        shape: toolyard_core::CallShape,
+    ) -> Result<(), ToolError> {
         let name = tool.name().to_string();
         if self.tools.contains_key(&name) || self.config.catalog.tool(&name).is_some() {
             return Err(ToolError::InvalidArguments(format!(
@@ -264,7 +275,7 @@ impl Dispatcher {
         })?;
         self.specs.insert(name.clone(), spec);
         self.tools
-            .insert(name, DialectTool::new(Engine::Embedded, tool));
+            .insert(name, DialectTool::new(Engine::Embedded, tool).shaped(shape));
         Ok(())
     }
 

@@ -70,16 +70,14 @@ pub(crate) fn time_limit(
     )
 }
 
-/// Refuse the command a command-running call carries (the argument its shape names, or a
-/// catalog command tool's argv) when the catalog's `[policy]` blocks it.
+/// Refuse the command a call carries (the argument its shape names, or a catalog command
+/// tool's argv) when the catalog's `[policy]` blocks it. The shape is the declaration: a tool
+/// that runs no command declares none.
 pub(crate) fn command_policy(
     policy: &CommandPolicy,
     entry: &DialectTool,
     args: &Value,
 ) -> Result<(), ToolError> {
-    if !entry.engine.runs_commands() {
-        return Ok(());
-    }
     match entry.command_line(args)? {
         Some(c) => toolyard_tools::command::check_policy(policy, &c),
         None => Ok(()),

@@ -419,6 +419,9 @@ mod tests {
                         first_taken(&schema, &["command", "cmd"]),
                         "{who}"
                     );
+                } else {
+                    // The policy layer checks what a shape declares: only commands.
+                    assert_eq!(t.shape.command, None, "{who}");
                 }
                 if t.engine.bound() == toolyard_core::Bound::SmallWrite {
                     assert_eq!(
