@@ -538,7 +538,7 @@ impl Dispatcher {
                 session: session.to_string(),
                 call_id: format!("{}-count", std::process::id()),
                 dialect: Dialect::Loopr.to_string(),
-                tool: "process_list".into(),
+                tool: Engine::ProcessList.name().into(),
                 args: serde_json::json!({}),
                 timeout_ms: 10_000,
                 max_timeout_ms: 10_000,
