@@ -52,7 +52,7 @@ pub use schema::{
     Freeform, SchemaFormat, ToolDefinition, export, result_envelope_schema, schema_of,
 };
 pub use tool::{
-    Annotations, Progress, ProgressSink, TIMEOUT_ARG, Tool, ToolContext, Typed, TypedTool,
-    parse_args, time_limit,
+    Annotations, Progress, ProgressSink, Tool, ToolContext, Typed, TypedTool, parse_args,
+    time_limit,
 };
-pub use validate::ArgValidator;
+pub use validate::{ArgValidator, TIMEOUT_ARG};
