@@ -168,12 +168,13 @@ impl Dispatcher {
             .catalog
             .profile(&config.profile)
             .map_err(ToolError::InvalidArguments)?;
-        let tools: BTreeMap<String, DialectTool> =
-            toolyard_tools::dialect::tools(&env, config.dialect)?
-                .into_iter()
-                .filter(|t| allowed.iter().any(|a| a == t.catalog_name()))
-                .map(|t| (t.tool.name().to_string(), t))
-                .collect();
+        let served = toolyard_tools::dialect::tools(&env, config.dialect)?;
+        toolyard_tools::dialect::custom_clash(&config.catalog, &served, config.dialect)?;
+        let tools: BTreeMap<String, DialectTool> = served
+            .into_iter()
+            .filter(|t| allowed.iter().any(|a| a == t.catalog_name()))
+            .map(|t| (t.tool.name().to_string(), t))
+            .collect();
         let mut specs = BTreeMap::new();
         for (name, t) in &tools {
             let spec = config.catalog.tool(t.catalog_name()).ok_or_else(|| {

@@ -198,4 +198,9 @@ fn a_bad_definition_fails_the_load_saying_what_to_fix() {
     let o = e.run(&["tools", "--dialect", "claude-code"]);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("rename it"), "{}", text(&o));
+    // In a dialect without a tool of that name it is served, and its lane's runner (which
+    // knows every dialect) runs it.
+    let o = e.run(&["call", "Bash", r#"{"text": "still served"}"#]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("[still served]"), "{}", text(&o));
 }

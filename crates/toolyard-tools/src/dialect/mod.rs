@@ -320,18 +320,34 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
             claude_code::tools(env, commands.clone(), &engines)
         }
     };
-    // The catalog's own command tools, the same in every dialect.
+    // The catalog's own command tools, the same in every dialect. One named like a tool of
+    // this dialect is left out here (a runner builds every dialect); a dispatcher serving
+    // this dialect refuses the catalog instead (see `custom_clash`).
     for custom in env.catalog.custom_tools().values() {
-        if let Some(clash) = chosen.iter().find(|t| t.tool.name() == custom.name) {
-            return Err(ToolError::InvalidArguments(format!(
-                "the catalog's [tools.{}] has the name of the {dialect} tool `{}`; rename it",
-                custom.name,
-                clash.tool.name()
-            )));
+        if chosen.iter().all(|t| t.tool.name() != custom.name) {
+            chosen.push(DialectTool::custom(custom, commands.clone()));
         }
-        chosen.push(DialectTool::custom(custom, commands.clone()));
     }
     Ok(chosen)
+}
+
+/// The error for a catalog command tool named like one of `served` (a dialect's own tools).
+pub fn custom_clash(
+    catalog: &toolyard_core::Catalog,
+    served: &[DialectTool],
+    dialect: Dialect,
+) -> Result<(), ToolError> {
+    for name in catalog.custom_tools().keys() {
+        if served
+            .iter()
+            .any(|t| t.engine != Engine::Custom && t.tool.name() == name)
+        {
+            return Err(ToolError::InvalidArguments(format!(
+                "the catalog's [tools.{name}] has the name of a {dialect} tool; rename it"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
