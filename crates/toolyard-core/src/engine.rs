@@ -5,10 +5,11 @@
 //! arguments (which one carries the command line, the path, the process id) is its
 //! [`CallShape`], declared next to the tool.
 //!
-//! Adding an engine: a variant here, its row in [`Engine::BUILTIN`] and in each `match` below
-//! (the compiler points at every one), its `[tools.NAME]` entry in `default_catalog.toml`,
-//! and the tool itself in `toolyard-tools`. A test fails when an engine has no catalog entry or
-//! a dialect tool no engine.
+//! Adding an engine: a variant here, its place in [`Engine::BUILTIN`] (and the array's
+//! length), its arm in [`Engine::name`] and its row in [`Engine::facts`] (both exhaustive: the
+//! compiler points at them), its `[tools.NAME]` entry in `default_catalog.toml`, and the tool
+//! itself in `toolyard-tools`. A test fails when an engine has no catalog entry or a dialect
+//! tool no engine.
 
 use std::fmt;
 use std::str::FromStr;
@@ -187,17 +188,105 @@ impl Engine {
         !matches!(self, Engine::Custom | Engine::Embedded)
     }
 
+    /// Its row of the table: every fact about it, in one place. A new engine adds one row;
+    /// the match is exhaustive, so a forgotten one does not build.
+    pub const fn facts(self) -> Facts {
+        use Engine::*;
+        const FILES: Facts = Facts {
+            site: Site::Files,
+            ..Facts::NONE
+        };
+        const WRITE: Facts = Facts {
+            site: Site::Files,
+            bound: Bound::SmallWrite,
+            changes_files: true,
+            reports_changed_files: true,
+            shape: CallShape {
+                path: Some("path"),
+                ..CallShape::NONE
+            },
+            ..Facts::NONE
+        };
+        const COMMAND: Facts = Facts {
+            changes_files: true,
+            runs_commands: true,
+            shape: CallShape {
+                command: Some("command"),
+                ..CallShape::NONE
+            },
+            ..Facts::NONE
+        };
+        const RUN: Facts = Facts {
+            outlives_call: Outlives::WhenAsked,
+            shape: CallShape {
+                command: Some("command"),
+                background: &["background", "tty"],
+                yields: &["yield_ms"],
+                ..CallShape::NONE
+            },
+            ..COMMAND
+        };
+        const ARTIFACT: Facts = Facts {
+            changes_files: true,
+            reports_changed_files: true,
+            ..Facts::NONE
+        };
+        const BY_ID: Facts = Facts {
+            site: Site::ByProcessId,
+            outlives_call: Outlives::Always,
+            shape: CallShape {
+                process_id: Some("process_id"),
+                ..CallShape::NONE
+            },
+            ..Facts::NONE
+        };
+        match self {
+            ReadFile | ListDirectory => Facts {
+                bound: Bound::Prompt,
+                ..FILES
+            },
+            WriteFile | EditFile => WRITE,
+            Glob | Grep => FILES,
+            RunCommand | RunCommandIsolated => RUN,
+            Build | Test | Validate => COMMAND,
+            WebFetch | WebSearch | Oracle => Facts::NONE,
+            CompleteTask => Facts {
+                site: Site::Server,
+                ..Facts::NONE
+            },
+            CreatePlan | CreateSpec | CreatePhase => ARTIFACT,
+            Undo => Facts {
+                site: Site::Server,
+                ..ARTIFACT
+            },
+            ProcessOutput | ProcessInput | ProcessKill => BY_ID,
+            ProcessList => Facts {
+                site: Site::EveryLane,
+                outlives_call: Outlives::Always,
+                ..Facts::NONE
+            },
+            // Its effects are the session's shell's, not one call's: no post-tools commit.
+            Shell => Facts {
+                changes_files: false,
+                outlives_call: Outlives::Always,
+                ..COMMAND
+            },
+            // Its argv is its command (no argument carries one).
+            Custom => Facts {
+                shape: CallShape::NONE,
+                ..COMMAND
+            },
+            // Not read-only means it changes files; it names them in `files_changed`.
+            Embedded => Facts {
+                site: Site::Server,
+                ..ARTIFACT
+            },
+        }
+    }
+
     /// Where its calls run.
     pub const fn site(self) -> Site {
-        use Engine::*;
-        match self {
-            ReadFile | WriteFile | EditFile | ListDirectory | Glob | Grep => Site::Files,
-            Undo | CompleteTask | Embedded => Site::Server,
-            ProcessOutput | ProcessInput | ProcessKill => Site::ByProcessId,
-            ProcessList => Site::EveryLane,
-            RunCommand | RunCommandIsolated | WebFetch | WebSearch | Build | Test | Validate
-            | CreatePlan | CreateSpec | CreatePhase | Oracle | Shell | Custom => Site::Lane,
-        }
+        self.facts().site
     }
 
     /// Whether its calls run in the server process, `remote` saying whether the workspace is
@@ -222,92 +311,70 @@ impl Engine {
 
     /// How much work one call may be.
     pub const fn bound(self) -> Bound {
-        match self {
-            Engine::ReadFile | Engine::ListDirectory => Bound::Prompt,
-            Engine::WriteFile | Engine::EditFile => Bound::SmallWrite,
-            _ => Bound::Open,
-        }
+        self.facts().bound
     }
 
     /// Whether its calls may change the workspace, whatever its tools' annotations say (a
-    /// read-only tool is still trusted: see the hooks' `is_mutating`). `shell` is not: a
-    /// persistent shell's effects are not one call's.
+    /// read-only tool is still trusted: see the hooks' `is_mutating`).
     pub const fn changes_files(self) -> bool {
-        use Engine::*;
-        matches!(
-            self,
-            WriteFile
-                | EditFile
-                | Undo
-                | RunCommand
-                | RunCommandIsolated
-                | Build
-                | Test
-                | Validate
-                | CreatePlan
-                | CreateSpec
-                | CreatePhase
-                | Custom
-                | Embedded
-        )
+        self.facts().changes_files
     }
 
     /// Whether its results name exactly the files it changed (`files_changed`); a command's
     /// changes are found by comparing the workspace before and after instead.
     pub const fn reports_changed_files(self) -> bool {
-        use Engine::*;
-        matches!(
-            self,
-            WriteFile | EditFile | Undo | CreatePlan | CreateSpec | CreatePhase | Embedded
-        )
+        self.facts().reports_changed_files
     }
 
-    /// Whether its calls run a shell command the call carries (see [`CallShape::command`]),
-    /// or, for a catalog command tool, an argv: the command policy applies to both.
+    /// Whether its calls run a command: one an argument carries (see [`CallShape::command`]),
+    /// or, for a catalog command tool, its argv.
     pub const fn runs_commands(self) -> bool {
-        use Engine::*;
-        matches!(
-            self,
-            RunCommand | RunCommandIsolated | Shell | Build | Test | Validate | Custom
-        )
+        self.facts().runs_commands
     }
 
     /// Whether a call may leave something running past its answer.
     pub const fn outlives_call(self) -> Outlives {
-        use Engine::*;
-        match self {
-            Shell | ProcessOutput | ProcessInput | ProcessKill | ProcessList => Outlives::Always,
-            RunCommand | RunCommandIsolated => Outlives::WhenAsked,
-            _ => Outlives::Never,
-        }
+        self.facts().outlives_call
     }
 
     /// The shape of its engine tool's own arguments (the loopr vocabulary); a dialect tool
     /// whose arguments differ declares its own.
     pub const fn shape(self) -> CallShape {
-        use Engine::*;
-        match self {
-            RunCommand | RunCommandIsolated => CallShape {
-                command: Some("command"),
-                background: &["background", "tty"],
-                yields: &["yield_ms"],
-                ..CallShape::NONE
-            },
-            Shell | Build | Test | Validate => CallShape {
-                command: Some("command"),
-                ..CallShape::NONE
-            },
-            WriteFile | EditFile => CallShape {
-                path: Some("path"),
-                ..CallShape::NONE
-            },
-            ProcessOutput | ProcessInput | ProcessKill => CallShape {
-                process_id: Some("process_id"),
-                ..CallShape::NONE
-            },
-            _ => CallShape::NONE,
-        }
+        self.facts().shape
     }
+}
+
+/// The facts about one engine: its row of [`Engine::facts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// Where its calls run.
+    pub site: Site,
+    /// How much work one call may be.
+    pub bound: Bound,
+    /// Whether its calls may change the workspace.
+    pub changes_files: bool,
+    /// Whether its results name exactly the files it changed.
+    pub reports_changed_files: bool,
+    /// Whether its calls run a command.
+    pub runs_commands: bool,
+    /// Whether a call may leave something running past its answer.
+    pub outlives_call: Outlives,
+    /// The shape of its engine tool's arguments.
+    pub shape: CallShape,
+}
+
+impl Facts {
+    /// An engine that runs in its lane, open-ended, changes nothing, runs no command and
+    /// leaves nothing behind: what a row starts from.
+    pub const NONE: Facts = Facts {
+        site: Site::Lane,
+        bound: Bound::Open,
+        changes_files: false,
+        reports_changed_files: false,
+        runs_commands: false,
+        outlives_call: Outlives::Never,
+        shape: CallShape::NONE,
+    };
 }
 
 /// Which of a tool's arguments carry what the layers ask about a call, declared beside the
@@ -412,6 +479,101 @@ mod tests {
         }
         assert_eq!(Engine::builtin("custom"), None);
         assert_eq!(Engine::builtin("embedded"), None);
+    }
+
+    fn names(f: impl Fn(Engine) -> bool) -> Vec<&'static str> {
+        Engine::BUILTIN
+            .into_iter()
+            .filter(|e| f(*e))
+            .map(Engine::name)
+            .collect()
+    }
+
+    /// The lists the table replaced (MUTATING_ENGINES, FILE_ENGINES, RUNS_COMMANDS,
+    /// PROMPT_TOOLS, SMALL_WRITES, FILE_TOOLS, SERVER_SIDE, PROCESS_TOOLS, the session host's
+    /// rules), written out as they were: the table answers each the same.
+    #[test]
+    fn the_table_answers_what_the_lists_did() {
+        assert_eq!(
+            names(Engine::changes_files),
+            [
+                "write_file",
+                "edit_file",
+                "run_command",
+                "run_command_isolated",
+                "build",
+                "test",
+                "validate",
+                "create_plan",
+                "create_spec",
+                "create_phase",
+                "undo"
+            ]
+        );
+        assert_eq!(
+            names(Engine::reports_changed_files),
+            [
+                "write_file",
+                "edit_file",
+                "create_plan",
+                "create_spec",
+                "create_phase",
+                "undo"
+            ]
+        );
+        assert_eq!(
+            names(Engine::runs_commands),
+            [
+                "run_command",
+                "run_command_isolated",
+                "build",
+                "test",
+                "validate",
+                "shell"
+            ]
+        );
+        assert_eq!(
+            names(|e| e.bound() == Bound::Prompt),
+            ["read_file", "list_directory"]
+        );
+        assert_eq!(
+            names(|e| e.bound() == Bound::SmallWrite),
+            ["write_file", "edit_file"]
+        );
+        assert_eq!(
+            names(|e| e.site() == Site::Files),
+            [
+                "read_file",
+                "write_file",
+                "edit_file",
+                "list_directory",
+                "glob",
+                "grep"
+            ]
+        );
+        assert_eq!(
+            names(|e| e.site() == Site::Server),
+            ["complete_task", "undo"]
+        );
+        assert_eq!(
+            names(Engine::is_process_tool),
+            ["process_output", "process_input", "process_kill"]
+        );
+        assert_eq!(names(|e| e.site() == Site::EveryLane), ["process_list"]);
+        assert_eq!(
+            names(|e| e.outlives_call() == Outlives::Always),
+            [
+                "process_output",
+                "process_input",
+                "process_kill",
+                "process_list",
+                "shell"
+            ]
+        );
+        assert_eq!(
+            names(|e| e.outlives_call() == Outlives::WhenAsked),
+            ["run_command", "run_command_isolated"]
+        );
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub use catalog::{
     ALL_PROFILE, ArgvPart, Catalog, CatalogError, CustomTool, DEFAULT_CATALOG,
     DEFAULT_MAX_OUTPUT_BYTES, Lane, ToolSpec, shell_quote,
 };
-pub use engine::{Bound, CallShape, Engine, Outlives, Site};
+pub use engine::{Bound, CallShape, Engine, Facts, Outlives, Site};
 pub use error::{ToolError, unknown_tool};
 pub use result::{Image, ToolResult};
 pub use schema::{
