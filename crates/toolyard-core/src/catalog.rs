@@ -12,6 +12,8 @@ use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visito
 use serde::{Deserialize, Deserializer, Serialize};
 use toml::Spanned;
 
+use crate::engine::Engine;
+
 /// The built-in catalog, seed 000's table.
 pub const DEFAULT_CATALOG: &str = include_str!("default_catalog.toml");
 
@@ -87,6 +89,19 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
+    /// An entry in `lane` with the default time limit `timeout_ms`, a ceiling of ten minutes
+    /// (or the limit, if longer) and the default output limit: what a catalog entry that sets
+    /// only these gets.
+    pub fn new(lane: Lane, timeout_ms: u64) -> Self {
+        Self {
+            lane,
+            timeout_ms,
+            max_timeout_ms: timeout_ms.max(600_000),
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            description: None,
+        }
+    }
+
     /// The default time limit as a duration.
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)
@@ -149,6 +164,92 @@ struct ToolEntry {
     max_output_bytes: Option<u64>,
     description: Option<String>,
     enabled: Option<bool>,
+    /// A tool of the file's own: the argv it runs (see [`CustomTool`]).
+    command: Option<Spanned<Vec<Spanned<String>>>>,
+    /// A tool of the file's own: the JSON Schema of its arguments.
+    parameters: Option<Spanned<toml::Value>>,
+}
+
+/// One element of a catalog command tool's argv.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum ArgvPart {
+    /// Passed as written.
+    Literal(String),
+    /// `{name}`: the argument `name`'s value, as one whole argv element (a string as is, a
+    /// number or boolean as JSON writes it); left out when the call does not give it.
+    Param(String),
+}
+
+/// A tool the catalog file declares (`[tools.NAME]` with `command`): it runs `command` as an
+/// argv (no shell) in its lane's runner, its arguments checked against `parameters` first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CustomTool {
+    /// Its name, the same in every dialect.
+    pub name: String,
+    /// The description shown to the model.
+    pub description: String,
+    /// The argv, placeholders marked.
+    pub command: Vec<ArgvPart>,
+    /// The JSON Schema of its arguments (an object schema; `additionalProperties` is `false`
+    /// unless the file says otherwise, so a misspelt argument is refused, not ignored).
+    pub parameters: serde_json::Value,
+}
+
+impl CustomTool {
+    /// The argv of a call with `args` (already checked against [`CustomTool::parameters`]):
+    /// each placeholder is replaced by its argument's value as one whole element, or left out
+    /// when the argument is absent or null.
+    pub fn argv(&self, args: &serde_json::Value) -> Result<Vec<String>, String> {
+        let mut argv = Vec::with_capacity(self.command.len());
+        for part in &self.command {
+            match part {
+                ArgvPart::Literal(s) => argv.push(s.clone()),
+                ArgvPart::Param(name) => match args.get(name) {
+                    None | Some(serde_json::Value::Null) => {}
+                    Some(serde_json::Value::String(s)) => argv.push(s.clone()),
+                    Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
+                        argv.push(v.to_string())
+                    }
+                    Some(_) => {
+                        return Err(format!(
+                            "argument `{name}` must be a string, number or boolean: it fills \
+                             one argument of the command"
+                        ));
+                    }
+                },
+            }
+        }
+        if let Some(bad) = argv.iter().find(|a| a.contains('\0')) {
+            return Err(format!(
+                "an argument holds a NUL byte, which no command argument can: {:?}",
+                bad.replace('\0', "\\0")
+            ));
+        }
+        Ok(argv)
+    }
+
+    /// The call's argv as one shell-quoted line, for the command policy and for people to
+    /// read (it is never run as shell text).
+    pub fn command_line(&self, args: &serde_json::Value) -> Result<String, String> {
+        Ok(self
+            .argv(args)?
+            .iter()
+            .map(|a| shell_quote(a))
+            .collect::<Vec<_>>()
+            .join(" "))
+    }
+}
+
+/// `s` as one shell word: as is when it holds only characters no shell treats specially.
+pub fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -161,6 +262,8 @@ struct ProfileEntry {
 #[derive(Debug, Clone)]
 pub struct Catalog {
     tools: BTreeMap<String, ToolSpec>,
+    /// The file's own command tools (their specs are in `tools` too).
+    custom: BTreeMap<String, CustomTool>,
     profiles: BTreeMap<String, Vec<String>>,
     /// The file's text: sections are deserialized from it, spans and all.
     text: Arc<str>,
@@ -210,6 +313,7 @@ impl Catalog {
                 message: located(DEFAULT_CATALOG, &e),
             })?;
         let file: CatalogFile = toml::from_str(text).map_err(|e| invalid(located(text, &e)))?;
+        check_builtin(&base)?;
 
         let mut entries: BTreeMap<String, ToolEntry> = base
             .tools
@@ -224,17 +328,43 @@ impl Catalog {
         let known: Vec<String> = entries.keys().cloned().collect();
         // The file's own entries, with the span of their name, to point at their mistakes.
         let mut written: BTreeMap<String, (Range<usize>, ToolEntry)> = BTreeMap::new();
+        // The file's own command tools; their limits are checked with the built-in entries'.
+        let mut custom: BTreeMap<String, CustomTool> = BTreeMap::new();
+        let mut added: BTreeMap<String, (Range<usize>, ToolEntry)> = BTreeMap::new();
         for (name, over) in file.tools {
             let span = name.span();
             let name = name.into_inner();
             let Some(e) = entries.get_mut(&name) else {
+                if over.command.is_some() {
+                    let tool = custom_tool(&name, &over).map_err(|m| {
+                        invalid(format!("{}[tools.{name}]: {m}", at(Some(span.clone()))))
+                    })?;
+                    custom.insert(name.clone(), tool);
+                    added.insert(name, (span, over));
+                    continue;
+                }
                 return Err(invalid(format!(
-                    "{}[tools.{name}]: Toolyard has no tool `{name}`{}; the tools are: {}",
+                    "{}[tools.{name}]: Toolyard has no tool `{name}`{}; the tools are: {}; to \
+                     declare a tool of your own, give it a `command`",
                     at(Some(span)),
                     did_you_mean(&name, known.iter().map(String::as_str)),
                     known.join(", ")
                 )));
             };
+            if let Some(c) = &over.command {
+                return Err(invalid(format!(
+                    "{}[tools.{name}]: `{name}` is a built-in tool, so it takes no `command`; \
+                     declare a tool of your own under another name",
+                    at(Some(c.span()))
+                )));
+            }
+            if let Some(p) = &over.parameters {
+                return Err(invalid(format!(
+                    "{}[tools.{name}]: `parameters` declares the arguments of a tool with a \
+                     `command`; `{name}` is built in and keeps its own",
+                    at(Some(p.span()))
+                )));
+            }
             e.lane = over.lane.or(e.lane);
             e.timeout_ms = over.timeout_ms.clone().or(e.timeout_ms.take());
             e.max_timeout_ms = over.max_timeout_ms.clone().or(e.max_timeout_ms.take());
@@ -244,8 +374,15 @@ impl Catalog {
             written.insert(name, (span, over));
         }
 
+        for (name, (span, e)) in added {
+            entries.insert(name.clone(), e.clone());
+            written.insert(name, (span, e));
+        }
         let mut tools = BTreeMap::new();
         for (name, e) in entries {
+            if e.enabled == Some(false) {
+                custom.remove(&name);
+            }
             if e.enabled == Some(false) {
                 continue;
             }
@@ -342,6 +479,7 @@ impl Catalog {
 
         Ok(Self {
             tools,
+            custom,
             profiles,
             text: Arc::from(text),
             origin: origin.to_string(),
@@ -356,6 +494,17 @@ impl Catalog {
     /// The entry of `tool`.
     pub fn tool(&self, tool: &str) -> Option<&ToolSpec> {
         self.tools.get(tool)
+    }
+
+    /// The entry of a built-in `engine`; `None` only when the file disables it (then no tool
+    /// runs under it).
+    pub fn spec(&self, engine: Engine) -> Option<&ToolSpec> {
+        self.tools.get(engine.name())
+    }
+
+    /// The command tools the file declares, by name.
+    pub fn custom_tools(&self) -> &BTreeMap<String, CustomTool> {
+        &self.custom
     }
 
     /// Every tool entry, by name.
@@ -418,6 +567,162 @@ impl Catalog {
             invalid(format!("{place}[{name}]: {message}"))
         })
     }
+}
+
+/// The built-in table is keyed by engine: every key names one, and every engine has one (no
+/// engine silently runs with default limits).
+fn check_builtin(base: &CatalogFile) -> Result<(), CatalogError> {
+    let invalid = |message: String| CatalogError::Invalid {
+        origin: "built-in".into(),
+        message,
+    };
+    for name in base.tools.keys() {
+        if Engine::builtin(name.get_ref()).is_none() {
+            return Err(invalid(format!(
+                "[tools.{}] names no engine; add its variant to toolyard_core::Engine",
+                name.get_ref()
+            )));
+        }
+    }
+    for engine in Engine::BUILTIN {
+        if !base.tools.keys().any(|k| k.get_ref() == engine.name()) {
+            return Err(invalid(format!(
+                "engine `{engine}` has no [tools.{engine}] entry; add one to default_catalog.toml"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A file's own command tool from its entry; the error says what is wrong with it.
+fn custom_tool(name: &str, e: &ToolEntry) -> Result<CustomTool, String> {
+    if crate::engine::Engine::builtin(name).is_some() {
+        return Err(format!("`{name}` is a built-in tool; choose another name"));
+    }
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(format!(
+            "a tool's name is letters, digits, `_` and `-` (what every client accepts); `{name}` \
+             is not"
+        ));
+    }
+    let description = e
+        .description
+        .clone()
+        .filter(|d| !d.trim().is_empty())
+        .ok_or(
+            "a tool with a `command` needs a `description`: the model reads it to choose the tool",
+        )?;
+    let mut parameters = match &e.parameters {
+        None => serde_json::json!({"type": "object", "properties": {}}),
+        Some(p) => serde_json::to_value(p.get_ref())
+            .map_err(|err| format!("`parameters` is not a JSON Schema: {err}"))?,
+    };
+    let Some(schema) = parameters.as_object_mut() else {
+        return Err("`parameters` must be a table: a JSON Schema of type \"object\"".into());
+    };
+    if schema.get("type").and_then(serde_json::Value::as_str) != Some("object") {
+        return Err(
+            "`parameters` must have type = \"object\" (the arguments are one JSON object)".into(),
+        );
+    }
+    schema
+        .entry("properties")
+        .or_insert_with(|| serde_json::json!({}));
+    schema
+        .entry("additionalProperties")
+        .or_insert(serde_json::Value::Bool(false));
+    crate::ArgValidator::new(&parameters)
+        .map_err(|err| format!("`parameters` is not a valid JSON Schema: {err}"))?;
+    let props = parameters["properties"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let argv = e
+        .command
+        .as_ref()
+        .map(|c| c.get_ref().as_slice())
+        .unwrap_or_default();
+    if argv.is_empty() {
+        return Err("`command` is empty; give the program and its arguments, e.g. [\"ruff\", \"check\", \"{path}\"]".into());
+    }
+    let mut command = Vec::with_capacity(argv.len());
+    for (i, part) in argv.iter().enumerate() {
+        let part = part.get_ref();
+        match placeholder(part) {
+            Some(param) => {
+                if i == 0 {
+                    return Err(format!(
+                        "`command`'s first element is the program; it cannot be the placeholder `{part}`"
+                    ));
+                }
+                let Some(prop) = props.get(param) else {
+                    return Err(format!(
+                        "`command` uses `{{{param}}}`, which `parameters` does not declare; add it \
+                         under properties, or use one of: {}",
+                        props.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ));
+                };
+                let scalar = prop
+                    .get("type")
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(|t| matches!(t, "string" | "integer" | "number" | "boolean"));
+                if !scalar {
+                    return Err(format!(
+                        "parameter `{param}` fills one argument of the command, so its type must \
+                         be string, integer, number or boolean"
+                    ));
+                }
+                command.push(ArgvPart::Param(param.to_string()));
+            }
+            None => {
+                if let Some(inner) = embedded_placeholder(part) {
+                    return Err(format!(
+                        "`command` element \"{part}\" has `{{{inner}}}` inside it: a placeholder \
+                         must be a whole element (its value is one argument, never spliced into \
+                         text); split it, e.g. [\"--flag\", \"{{{inner}}}\"]"
+                    ));
+                }
+                command.push(ArgvPart::Literal(part.clone()));
+            }
+        }
+    }
+    Ok(CustomTool {
+        name: name.to_string(),
+        description,
+        command,
+        parameters,
+    })
+}
+
+/// `name` when `part` is exactly `{name}` (a placeholder).
+fn placeholder(part: &str) -> Option<&str> {
+    part.strip_prefix('{')
+        .and_then(|p| p.strip_suffix('}'))
+        .filter(|n| is_ident(n))
+}
+
+/// A `{name}` inside a larger element, which is refused rather than spliced.
+fn embedded_placeholder(part: &str) -> Option<&str> {
+    let mut rest = part;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let close = after.find('}')?;
+        if is_ident(&after[..close]) {
+            return Some(&after[..close]);
+        }
+        rest = after;
+    }
+    None
+}
+
+fn is_ident(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
 }
 
 /// Deserializes the one top-level key `name` of a document as `T`, skipping the others.
@@ -600,5 +905,104 @@ mod tests {
         let c = Catalog::parse_over_builtin("[policy]\ndeny = [\"x\"]\n", "c.toml").unwrap();
         assert_eq!(c.section::<P>("policy").unwrap().deny, vec!["x"]);
         assert!(c.section::<P>("hooks").unwrap().deny.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod custom_tests {
+    use super::*;
+
+    const LINT: &str = r#"
+[tools.lint]
+lane = "no-net"
+description = "Lint one file"
+command = ["ruff", "check", "{path}"]
+timeout_ms = 60000
+parameters = { type = "object", properties = { path = { type = "string" } }, required = ["path"] }
+"#;
+
+    fn err(text: &str) -> String {
+        Catalog::parse_over_builtin(text, "c.toml")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_command_tool_is_served_with_its_limits_and_schema() {
+        let c = Catalog::parse_over_builtin(LINT, "c.toml").unwrap();
+        let spec = c.tool("lint").unwrap();
+        assert_eq!(spec.lane, Lane::NoNet);
+        assert_eq!(spec.timeout_ms, 60_000);
+        let t = &c.custom_tools()["lint"];
+        assert_eq!(
+            t.command,
+            vec![
+                ArgvPart::Literal("ruff".into()),
+                ArgvPart::Literal("check".into()),
+                ArgvPart::Param("path".into())
+            ]
+        );
+        assert_eq!(t.parameters["additionalProperties"], false);
+        assert!(c.profile("all").unwrap().contains(&"lint".to_string()));
+        let argv = t
+            .argv(&serde_json::json!({"path": "a b; rm -rf /"}))
+            .unwrap();
+        assert_eq!(argv, ["ruff", "check", "a b; rm -rf /"]);
+        assert_eq!(
+            t.command_line(&serde_json::json!({"path": "it's"}))
+                .unwrap(),
+            r"ruff check 'it'\''s'"
+        );
+    }
+
+    #[test]
+    fn bad_command_tools_are_refused_at_load() {
+        let e = err(&LINT.replace("{path}\"]", "{file}\"]"));
+        assert!(
+            e.contains("`{file}`") && e.contains("does not declare"),
+            "{e}"
+        );
+        let e = err(&LINT.replace("\"{path}\"", "\"--file={path}\""));
+        assert!(e.contains("whole element"), "{e}");
+        let e = err(&LINT.replace("[tools.lint]", "[tools.read_file]"));
+        assert!(e.contains("built-in tool"), "{e}");
+        let e = err(&LINT.replace(
+            "type = \"object\", properties",
+            "type = \"array\", properties",
+        ));
+        assert!(e.contains("type = \"object\""), "{e}");
+        let e = err(&LINT.replace("{ type = \"string\" }", "{ type = \"bogus\" }"));
+        assert!(e.contains("not a valid JSON Schema"), "{e}");
+        let e = err(&LINT.replace("description = \"Lint one file\"\n", ""));
+        assert!(e.contains("needs a `description`"), "{e}");
+        let e = err(&LINT.replace("{ type = \"string\" }", "{ type = \"array\" }"));
+        assert!(e.contains("one argument of the command"), "{e}");
+        let e = err(&LINT.replace("[\"ruff\", \"check\", \"{path}\"]", "[]"));
+        assert!(e.contains("`command` is empty"), "{e}");
+        // Where it is: the table's line.
+        assert!(err(&LINT.replace("{path}\"]", "{file}\"]")).contains("line 2"));
+        // An entry without `command` is still an unknown tool, and says how to declare one.
+        let e = err("[tools.lnt]\nlane = \"no-net\"\n");
+        assert!(
+            e.contains("no tool `lnt`") && e.contains("give it a `command`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn literal_braces_stay_literal() {
+        let c = Catalog::parse_over_builtin(
+            &LINT.replace(
+                "[\"ruff\", \"check\", \"{path}\"]",
+                "[\"find\", \".\", \"-exec\", \"echo\", \"{}\", \";\"]",
+            ),
+            "c.toml",
+        )
+        .unwrap();
+        assert!(
+            c.custom_tools()["lint"]
+                .command
+                .contains(&ArgvPart::Literal("{}".into()))
+        );
     }
 }

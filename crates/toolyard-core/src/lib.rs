@@ -33,6 +33,7 @@
 
 pub mod blocking;
 mod catalog;
+pub mod engine;
 mod error;
 mod result;
 pub mod schema;
@@ -41,15 +42,17 @@ mod tool;
 mod validate;
 
 pub use catalog::{
-    ALL_PROFILE, Catalog, CatalogError, DEFAULT_CATALOG, DEFAULT_MAX_OUTPUT_BYTES, Lane, ToolSpec,
+    ALL_PROFILE, ArgvPart, Catalog, CatalogError, CustomTool, DEFAULT_CATALOG,
+    DEFAULT_MAX_OUTPUT_BYTES, Lane, ToolSpec, shell_quote,
 };
+pub use engine::{Bound, CallShape, Engine, Facts, Outlives, Site};
 pub use error::{ToolError, unknown_tool};
 pub use result::{Image, ToolResult};
 pub use schema::{
     Freeform, SchemaFormat, ToolDefinition, export, result_envelope_schema, schema_of,
 };
 pub use tool::{
-    Annotations, Progress, ProgressSink, TIMEOUT_ARG, Tool, ToolContext, Typed, TypedTool,
-    parse_args, time_limit,
+    Annotations, Progress, ProgressSink, Tool, ToolContext, Typed, TypedTool, parse_args,
+    time_limit,
 };
-pub use validate::ArgValidator;
+pub use validate::{ArgValidator, TIMEOUT_ARG};

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::validate::ArgValidator;
+use crate::validate::{ArgValidator, TIMEOUT_ARG};
 use crate::{ToolError, ToolResult};
 
 /// Hints a client may show or act on (MCP's tool annotations).
@@ -138,9 +138,6 @@ impl ToolContext {
         });
     }
 }
-
-/// The argument through which a call asks for its own time limit, in milliseconds.
-pub const TIMEOUT_ARG: &str = "timeout_ms";
 
 /// A call's time limit, the one place it is decided: the `asked_ms` of a tool that takes
 /// [`TIMEOUT_ARG`], else the catalog's `default`; asking for more than the catalog's `ceiling`

@@ -10,7 +10,10 @@ use jsonschema::{Draft, ValidationError, Validator};
 use serde_json::Value;
 
 use crate::ToolError;
-use crate::tool::TIMEOUT_ARG;
+
+/// The argument through which a call asks for its own time limit, in milliseconds (the
+/// validator notes whether a schema takes it; `time_limit` reads it).
+pub const TIMEOUT_ARG: &str = "timeout_ms";
 
 /// Longest rendering of a wrong value inside a message; a model sent it, it need not read it back.
 const MAX_SHOWN: usize = 80;

@@ -174,6 +174,12 @@ impl EnvPolicy {
         }
     }
 
+    /// The same policy, with `name` set to `value` in every command's environment.
+    pub fn with_var(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.set.insert(name.into(), value.into());
+        self
+    }
+
     /// Whether a variable called `name` is removed.
     pub fn is_scrubbed(&self, name: &str) -> bool {
         let hit = |patterns: &[String]| patterns.iter().any(|p| glob_match(p, name));

@@ -9,14 +9,16 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::blocking::on_blocking_thread;
+use toolyard_core::engine::SMALL_WRITE_BYTES;
 use toolyard_core::{
-    Catalog, Lane, ProgressSink, ToolContext, ToolDefinition, ToolError, ToolResult, ToolSpec,
+    Bound, Catalog, Engine, Lane, ProgressSink, Site, Tool, ToolContext, ToolDefinition, ToolError,
+    ToolResult, ToolSpec,
 };
 use toolyard_exec::policy::{CommandPolicy, PolicyConfig};
 use toolyard_tools::{Dialect, DialectTool, ToolEnv};
 
 use crate::hooks::{HookCall, Hooks};
-use crate::layers::{self, RUNS_COMMANDS};
+use crate::layers;
 use crate::link::{CommandLink, RemoteConfig, RunnerLink, RunnerSpawn};
 use crate::protocol::Job;
 use crate::router::Router;
@@ -37,14 +39,6 @@ pub enum Mode {
 /// Said in the command tools' descriptions under [`Mode::Inline`].
 const INLINE_NOTE: &str = " NOT SANDBOXED: this server runs inline, so the command runs with \
      the user's full access to every file and to the network; no lane rule applies.";
-
-/// Whether the tool of `engine` runs in the server process: the file tools and the ones that
-/// write Toolyard's own state. With a `remote` link the file tools go to the runner, whose
-/// workspace it is: the server never touches the files on its own disk.
-fn in_server(engine: &str, remote: bool) -> bool {
-    toolyard_tools::dialect::SERVER_SIDE.contains(&engine)
-        || (!remote && toolyard_tools::dialect::FILE_TOOLS.contains(&engine))
-}
 
 /// What a dispatcher serves.
 #[derive(Debug, Clone)]
@@ -112,8 +106,11 @@ impl CallRequest {
 /// Routes calls to tools: dialect names, profile filter, catalog limits, execution.
 pub struct Dispatcher {
     env: Arc<ToolEnv>,
-    /// The one table of served tools: name in the dialect → tool and catalog entry.
+    /// The one table of served tools: name in the dialect → tool, engine and argument shape.
     tools: BTreeMap<String, DialectTool>,
+    /// Each served tool's catalog entry (its engine's, or its own), by the name it is served
+    /// under: every served tool has one, so none runs with made-up limits.
+    specs: BTreeMap<String, ToolSpec>,
     /// The catalog's `[policy]`, for the command policy layer.
     policy: CommandPolicy,
     config: DispatcherConfig,
@@ -177,12 +174,23 @@ impl Dispatcher {
             .catalog
             .profile(&config.profile)
             .map_err(ToolError::InvalidArguments)?;
-        let tools: BTreeMap<String, DialectTool> =
-            toolyard_tools::dialect::tools(&env, config.dialect)?
-                .into_iter()
-                .filter(|t| allowed.iter().any(|a| a == t.engine))
-                .map(|t| (t.tool.name().to_string(), t))
-                .collect();
+        let served = toolyard_tools::dialect::tools(&env, config.dialect)?;
+        toolyard_tools::dialect::custom_clash(&config.catalog, &served, config.dialect)?;
+        let tools: BTreeMap<String, DialectTool> = served
+            .into_iter()
+            .filter(|t| allowed.iter().any(|a| a == t.catalog_name()))
+            .map(|t| (t.tool.name().to_string(), t))
+            .collect();
+        let mut specs = BTreeMap::new();
+        for (name, t) in &tools {
+            let spec = config.catalog.tool(t.catalog_name()).ok_or_else(|| {
+                ToolError::Io(format!(
+                    "internal: `{name}` runs under `{}`, which has no catalog entry",
+                    t.catalog_name()
+                ))
+            })?;
+            specs.insert(name.clone(), spec.clone());
+        }
         // Every schema compiles now (once per tool type), so validation cannot fail later.
         for t in tools.values() {
             t.tool.arg_validator().map_err(|e| {
@@ -218,7 +226,7 @@ impl Dispatcher {
                     // Undo restores, and recovery settles, on the runner's side.
                     let lane = config
                         .catalog
-                        .tool("edit_file")
+                        .spec(Engine::EditFile)
                         .map_or(Lane::NoNet, |s| s.lane);
                     local.set_remote(Arc::new(crate::remote::RouterFiles {
                         router: Arc::downgrade(&router),
@@ -234,6 +242,7 @@ impl Dispatcher {
         Ok(Self {
             env,
             tools,
+            specs,
             policy,
             config,
             router,
@@ -241,6 +250,41 @@ impl Dispatcher {
             calls: AtomicU64::new(0),
             repeats: Default::default(),
         })
+    }
+
+    /// Serve `tool`, an embedder's own Rust tool, beside the dialect's, with the limits of
+    /// `spec` (its lane is only a label: it runs in this process). Every layer applies to it
+    /// as to a built-in tool: argument validation against its schema, the time limit, hooks
+    /// (a tool not annotated read-only counts as changing files, and reports them in
+    /// `files_changed`, which auto-commit commits). Refused when the name is taken or its
+    /// schema does not compile.
+    pub fn register(&mut self, tool: Arc<dyn Tool>, spec: ToolSpec) -> Result<(), ToolError> {
+        self.register_shaped(tool, spec, toolyard_core::CallShape::NONE)
+    }
+
+    /// [`Dispatcher::register`] for a tool whose arguments carry what a layer checks: with
+    /// `shape.command`, the command policy judges that argument before the tool runs.
+    pub fn register_shaped(
+        &mut self,
+        tool: Arc<dyn Tool>,
+        spec: ToolSpec,
+        shape: toolyard_core::CallShape,
+    ) -> Result<(), ToolError> {
+        let name = tool.name().to_string();
+        if self.tools.contains_key(&name) || self.config.catalog.tool(&name).is_some() {
+            return Err(ToolError::InvalidArguments(format!(
+                "cannot register `{name}`: a tool of that name is already served; rename it"
+            )));
+        }
+        tool.arg_validator().map_err(|e| {
+            ToolError::InvalidArguments(format!(
+                "cannot register `{name}`: its input schema does not compile: {e}"
+            ))
+        })?;
+        self.specs.insert(name.clone(), spec);
+        self.tools
+            .insert(name, DialectTool::new(Engine::Embedded, tool).shaped(shape));
+        Ok(())
     }
 
     /// The shared tool environment.
@@ -275,14 +319,13 @@ impl Dispatcher {
         self.tools
             .values()
             .map(|t| {
-                let custom = (t.tool.name() == t.engine)
-                    .then(|| self.config.catalog.tool(t.engine))
-                    .flatten()
-                    .and_then(|s| s.description.as_deref());
-                let spec = self.spec(t.engine);
+                let spec = self.spec(t);
+                let custom = (t.engine.is_builtin() && t.tool.name() == t.engine.name())
+                    .then_some(spec.description.as_deref())
+                    .flatten();
                 let mut def = ToolDefinition::of(t.tool.as_ref(), custom)
                     .with_timeout_limits(spec.timeout_ms, spec.max_timeout_ms);
-                if self.config.mode == Mode::Inline && RUNS_COMMANDS.contains(&t.engine) {
+                if self.config.mode == Mode::Inline && t.engine.runs_commands() {
                     def.description.push_str(INLINE_NOTE);
                 }
                 (def, t.tool.needs())
@@ -298,9 +341,9 @@ impl Dispatcher {
     /// Whether `tool` runs in the lane its `process_id` names (or every lane, for
     /// `process_list`) rather than in its catalog lane.
     pub fn runs_in_process_lane(&self, tool: &str) -> bool {
-        self.tools.get(tool).is_some_and(|t| {
-            t.engine == "process_list" || toolyard_tools::process::PROCESS_TOOLS.contains(&t.engine)
-        })
+        self.tools
+            .get(tool)
+            .is_some_and(|t| t.engine.runs_in_process_lane())
     }
 
     /// Whether `tool` keeps a session's state in memory between calls (see
@@ -311,17 +354,31 @@ impl Dispatcher {
             .is_some_and(|t| t.tool.keeps_session_state())
     }
 
-    /// The catalog entry (loopr engine) a served tool runs under, e.g. `run_command` for
-    /// claude-code's `Bash`.
-    pub fn engine_of(&self, tool: &str) -> Option<&'static str> {
+    /// The engine a served tool runs under, e.g. `run_command` for claude-code's `Bash`.
+    pub fn engine_of(&self, tool: &str) -> Option<Engine> {
         self.tools.get(tool).map(|t| t.engine)
+    }
+
+    /// Whether a call of `tool` with `args` may leave a process running past its answer (or
+    /// reaches one, or keeps the session's state), so a CLI call must run where processes
+    /// live on (the session host). Asked of the engine and the tool's argument shape.
+    pub fn outlives_call(&self, tool: &str, args: &Value) -> bool {
+        let Some(t) = self.tools.get(tool) else {
+            return false;
+        };
+        t.tool.keeps_session_state()
+            || match t.engine.outlives_call() {
+                toolyard_core::Outlives::Always => true,
+                toolyard_core::Outlives::WhenAsked => t.shape.asks_to_outlive(args),
+                toolyard_core::Outlives::Never => false,
+            }
     }
 
     /// Whether `tool` runs in this (server) process rather than in its lane's runner.
     pub fn runs_in_server(&self, tool: &str) -> bool {
         self.tools
             .get(tool)
-            .is_some_and(|t| in_server(t.engine, self.is_remote()))
+            .is_some_and(|t| t.engine.runs_in_server(self.is_remote()))
     }
 
     /// Whether the runners' workspace is elsewhere (the catalog's `[remote]` link).
@@ -331,21 +388,15 @@ impl Dispatcher {
 
     /// The catalog entry a served tool runs under (its lane and limits).
     pub fn spec_of(&self, tool: &str) -> Option<ToolSpec> {
-        self.tools.get(tool).map(|t| self.spec(t.engine))
+        self.tools.get(tool).map(|t| self.spec(t))
     }
 
-    fn spec(&self, engine: &str) -> ToolSpec {
-        self.config
-            .catalog
-            .tool(engine)
+    /// The catalog entry of a served tool (every one has one: see `specs`).
+    fn spec(&self, t: &DialectTool) -> ToolSpec {
+        self.specs
+            .get(t.tool.name())
             .cloned()
-            .unwrap_or(ToolSpec {
-                lane: toolyard_core::Lane::NoNet,
-                timeout_ms: 30_000,
-                max_timeout_ms: 600_000,
-                max_output_bytes: toolyard_core::DEFAULT_MAX_OUTPUT_BYTES,
-                description: None,
-            })
+            .unwrap_or_else(|| unreachable!("a served tool without a spec"))
     }
 
     /// The router, when calls run in lanes.
@@ -369,7 +420,7 @@ impl Dispatcher {
         };
         let call_id = self.next_call_id();
         let after = (
-            entry.engine,
+            entry.engine.name(),
             req.session.clone(),
             toolyard_tools::lsp::path_args(&req.args),
         );
@@ -381,7 +432,7 @@ impl Dispatcher {
         let call = HookCall {
             session: req.session.clone(),
             tool: req.tool.clone(),
-            engine: entry.engine.to_string(),
+            engine: entry.engine,
             call_id: call_id.clone(),
             args: req.args.clone(),
             annotations: entry.tool.annotations(),
@@ -396,9 +447,9 @@ impl Dispatcher {
 
     /// Whether a call of `tool` with `args` may run on its transport's own thread
     /// ([`Self::call_here`]): a file tool that runs in this process, with no hooks around calls
-    /// (they start processes), whose work is bounded by its output cap ([`PROMPT_TOOLS`]) or,
+    /// (they start processes), whose work is bounded by its output cap ([`Bound::Prompt`]) or,
     /// when the call is `alone` (the client has nothing else waiting), a small write
-    /// ([`SMALL_WRITES`]: the file at its path argument and every string argument at most
+    /// ([`Bound::SmallWrite`]: the file at its path argument and every string argument at most
     /// [`SMALL_WRITE_BYTES`]). A 50 MB edit goes to the runtime's threads, and so do writes in
     /// flight together, whose fsyncs overlap there.
     pub fn is_prompt(
@@ -413,25 +464,29 @@ impl Dispatcher {
         let Ok(entry) = layers::resolve(&self.tools, tool) else {
             return false;
         };
-        if !in_server(entry.engine, self.is_remote()) {
+        if !entry.engine.runs_in_server(self.is_remote()) {
             return false;
         }
-        if PROMPT_TOOLS.contains(&entry.engine) {
-            return true;
+        match entry.engine.bound() {
+            Bound::Prompt => true,
+            Bound::SmallWrite => {
+                alone
+                    && args.is_some_and(|a| self.is_small_write(entry, a))
+                    && !toolyard_tools::lsp::may_wait(&self.env, entry.engine.name(), args)
+            }
+            Bound::Open => false,
         }
-        alone
-            && SMALL_WRITES.contains(&entry.engine)
-            && args.is_some_and(|a| self.is_small_write(a))
-            && !toolyard_tools::lsp::may_wait(&self.env, entry.engine, args)
     }
 
     /// Whether `args` name a file of at most [`SMALL_WRITE_BYTES`] (or none yet) and carry no
     /// longer string.
-    fn is_small_write(&self, args: &serde_json::Map<String, Value>) -> bool {
+    fn is_small_write(&self, entry: &DialectTool, args: &serde_json::Map<String, Value>) -> bool {
         let small = |v: &Value| v.as_str().is_none_or(|s| s.len() <= SMALL_WRITE_BYTES);
-        let Some(path) = ["path", "file_path"]
-            .iter()
-            .find_map(|k| args.get(*k).and_then(Value::as_str))
+        let Some(path) = entry
+            .shape
+            .path
+            .and_then(|k| args.get(k))
+            .and_then(Value::as_str)
         else {
             return false;
         };
@@ -454,7 +509,7 @@ impl Dispatcher {
         let mut result = match self.admit(&req) {
             Ok((entry, limit)) => {
                 let call_id = self.next_call_id();
-                let spec = self.spec(entry.engine);
+                let spec = self.spec(entry);
                 let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
                 let bound = backstop(&ctx, limit);
                 let after = toolyard_tools::lsp::path_args(&args);
@@ -464,7 +519,7 @@ impl Dispatcher {
                 // A read opens its file with its server in the background; nothing here waits.
                 toolyard_tools::lsp::after_call(
                     &self.env,
-                    entry.engine,
+                    entry.engine.name(),
                     &ctx.session_id,
                     &after,
                     &mut result,
@@ -489,7 +544,7 @@ impl Dispatcher {
         let entry = layers::resolve(&self.tools, &req.tool)?;
         layers::configured(entry, &req.tool)?;
         layers::validate(entry, &req.args)?;
-        let limit = layers::time_limit(entry, &self.spec(entry.engine), &req.args)?;
+        let limit = layers::time_limit(entry, &self.spec(entry), &req.args)?;
         layers::command_policy(&self.policy, entry, &req.args)?;
         Ok((entry, limit))
     }
@@ -528,7 +583,7 @@ impl Dispatcher {
                 session: session.to_string(),
                 call_id: format!("{}-count", std::process::id()),
                 dialect: Dialect::Loopr.to_string(),
-                tool: "process_list".into(),
+                tool: Engine::ProcessList.name().into(),
                 args: serde_json::json!({}),
                 timeout_ms: 10_000,
                 max_timeout_ms: 10_000,
@@ -547,14 +602,10 @@ impl Dispatcher {
         n
     }
 
-    /// The lane a process tool's call goes to: the one its `process_id` names.
-    fn process_lane(&self, req: &CallRequest) -> Result<Lane, ToolError> {
-        // Dialects name the id their own way (claude-code: bash_id, shell_id; codex: session_id).
-        let id = ["process_id", "bash_id", "shell_id", "session_id"]
-            .iter()
-            .find_map(|k| req.args.get(*k))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+    /// The lane a process tool's call goes to: the one its process id names (the argument
+    /// its shape declares: claude-code's bash_id, shell_id; codex's session_id).
+    fn process_lane(&self, entry: &DialectTool, req: &CallRequest) -> Result<Lane, ToolError> {
+        let id = entry.shape.process_id_of(&req.args);
         let unknown = || {
             ToolError::NotFound(format!(
                 "no process `{id}` in this session: process ids look like `net-3`, as run_command returned them in data.process_id; see process_list"
@@ -577,11 +628,12 @@ impl Dispatcher {
     async fn list_everywhere(
         &self,
         router: &Router,
+        entry: &DialectTool,
         req: CallRequest,
         call_id: String,
         limit: Duration,
     ) -> ToolResult {
-        let spec = self.spec("process_list");
+        let spec = self.spec(entry);
         let mut rows: Vec<Value> = Vec::new();
         let mut text = String::new();
         for lane in router.live_lanes_for(&req.session).await {
@@ -621,20 +673,23 @@ impl Dispatcher {
         call_id: String,
         limit: Duration,
     ) -> ToolResult {
-        let mut spec = self.spec(entry.engine);
+        let mut spec = self.spec(entry);
         if let Some(router) = &self.router {
-            if entry.engine == "process_list" {
-                return self.list_everywhere(router, req, call_id, limit).await;
-            }
-            if toolyard_tools::process::PROCESS_TOOLS.contains(&entry.engine) {
-                match self.process_lane(&req) {
+            match entry.engine.site() {
+                Site::EveryLane => {
+                    return self
+                        .list_everywhere(router, entry, req, call_id, limit)
+                        .await;
+                }
+                Site::ByProcessId => match self.process_lane(entry, &req) {
                     Ok(lane) => spec.lane = lane,
                     Err(e) => return e.into(),
-                }
+                },
+                Site::Server | Site::Files | Site::Lane => {}
             }
         }
         let remote = self.is_remote();
-        if let (Some(router), false) = (&self.router, in_server(entry.engine, remote)) {
+        if let (Some(router), false) = (&self.router, entry.engine.runs_in_server(remote)) {
             let job = Job {
                 id: String::new(),
                 session: req.session,
@@ -681,17 +736,6 @@ impl Dispatcher {
         settle(joined, &cancel, bound).await
     }
 }
-
-/// The file tools whose work is bounded by their result (one window of one file, two levels of
-/// one directory, both capped): a transport may run them on its own thread.
-const PROMPT_TOOLS: &[&str] = &["read_file", "list_directory"];
-
-/// The file tools that may run on a transport's own thread when what they write is small.
-const SMALL_WRITES: &[&str] = &["edit_file", "write_file"];
-
-/// The largest file, and argument, of a write that runs on a transport's own thread: one that
-/// takes well under a millisecond, so a ping behind it is not held up.
-const SMALL_WRITE_BYTES: usize = 256 * 1024;
 
 /// The arguments and context of a call that runs in this process.
 fn local_call(

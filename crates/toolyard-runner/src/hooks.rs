@@ -49,7 +49,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toolyard_core::{Annotations, Catalog, ToolError, ToolResult};
+use toolyard_core::{Annotations, Catalog, Engine, ToolError, ToolResult};
 use toolyard_exec::{EnvPolicy, ExecConfig, ExecRequest};
 
 /// A command hook's time limit when its entry sets none (Claude Code's default, 60 s).
@@ -57,29 +57,6 @@ pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 60_000;
 /// The default commit message of `auto_commit`; `{tool}`, `{call_id}`, `{session}` and
 /// `{files}` (comma-separated) are replaced.
 pub const DEFAULT_COMMIT_MESSAGE: &str = "toolyard: {tool} (call {call_id})";
-/// Catalog engine tools that change the workspace, whatever their annotations say.
-pub const MUTATING_ENGINES: &[&str] = &[
-    "write_file",
-    "edit_file",
-    "undo",
-    "run_command",
-    "run_command_isolated",
-    "build",
-    "test",
-    "validate",
-    "create_plan",
-    "create_spec",
-    "create_phase",
-];
-/// Engine tools that report exactly the files they changed in `files_changed`.
-pub const FILE_ENGINES: &[&str] = &[
-    "write_file",
-    "edit_file",
-    "undo",
-    "create_plan",
-    "create_spec",
-    "create_phase",
-];
 
 /// Bytes of a hook's stdout or stderr kept; the rest is read and dropped.
 const CAPTURE_LIMIT: usize = 64 * 1024;
@@ -187,8 +164,8 @@ pub struct HookCall {
     pub session: String,
     /// The tool's name in the dispatcher's dialect (what matchers see).
     pub tool: String,
-    /// The catalog entry it runs under.
-    pub engine: String,
+    /// The engine it runs under.
+    pub engine: Engine,
     /// The call's id.
     pub call_id: String,
     /// Its arguments.
@@ -197,12 +174,12 @@ pub struct HookCall {
     pub annotations: Annotations,
 }
 
-/// Whether a call may change the workspace: the tool is not read-only, and its engine is one of
-/// [`MUTATING_ENGINES`] or it says it is destructive (`complete_task`, which only writes
-/// Toolyard's own state, is neither). A read-only tool is trusted: dialects map unknown names
-/// to the `run_command` engine, and a read-only one must not trigger a commit.
-pub fn is_mutating(engine: &str, annotations: Annotations) -> bool {
-    !annotations.read_only && (MUTATING_ENGINES.contains(&engine) || annotations.destructive)
+/// Whether a call may change the workspace: the tool is not read-only, and its engine
+/// [changes files](Engine::changes_files) or it says it is destructive (`complete_task`, which
+/// only writes Toolyard's own state, is neither). A read-only tool is trusted: a read-only
+/// tool under the `run_command` engine must not trigger a commit.
+pub fn is_mutating(engine: Engine, annotations: Annotations) -> bool {
+    !annotations.read_only && (engine.changes_files() || annotations.destructive)
 }
 
 /// How one hook went, as reported in `data.hooks`.
@@ -451,8 +428,8 @@ impl Hooks {
             reports.extend(report.worth_keeping());
         }
 
-        let mutating = is_mutating(&call.engine, call.annotations);
-        let reports_files = FILE_ENGINES.contains(&call.engine.as_str());
+        let mutating = is_mutating(call.engine, call.annotations);
+        let reports_files = call.engine.reports_changed_files();
         // What was dirty before the call is the user's: it never goes into a commit. A command
         // reports no files, so its snapshot also hashes them: what it changed is what differs
         // between now and the end of the call.
@@ -1168,7 +1145,7 @@ mod tests {
         HookCall {
             session: "s1".into(),
             tool: tool.into(),
-            engine: engine.into(),
+            engine: Engine::builtin(engine).expect("an engine"),
             call_id: "c1".into(),
             args: json!({"path": "a.txt"}),
             annotations: Annotations::MUTATING,
@@ -1224,20 +1201,20 @@ mod tests {
 
     #[test]
     fn mutating_is_decided_by_engine_and_annotations() {
-        assert!(is_mutating("run_command", Annotations::COMMAND));
-        assert!(is_mutating("edit_file", Annotations::MUTATING));
-        assert!(!is_mutating("read_file", Annotations::READ_ONLY));
-        assert!(!is_mutating("web_fetch", Annotations::WEB));
-        assert!(!is_mutating("run_command", Annotations::READ_ONLY));
+        assert!(is_mutating(Engine::RunCommand, Annotations::COMMAND));
+        assert!(is_mutating(Engine::EditFile, Annotations::MUTATING));
+        assert!(!is_mutating(Engine::ReadFile, Annotations::READ_ONLY));
+        assert!(!is_mutating(Engine::WebFetch, Annotations::WEB));
+        assert!(!is_mutating(Engine::RunCommand, Annotations::READ_ONLY));
         let task = Annotations {
             read_only: false,
             destructive: false,
             idempotent: true,
             open_world: false,
         };
-        assert!(!is_mutating("complete_task", task));
-        // A dialect tool with an unknown engine still counts by its annotations.
-        assert!(is_mutating("shell_execute", Annotations::COMMAND));
+        assert!(!is_mutating(Engine::CompleteTask, task));
+        // A tool whose engine does not change files still counts by its annotations.
+        assert!(is_mutating(Engine::Shell, Annotations::COMMAND));
     }
 
     #[test]

@@ -24,19 +24,6 @@ use toolyard_core::{TIMEOUT_ARG, ToolError, ToolSpec};
 use toolyard_exec::policy::CommandPolicy;
 use toolyard_tools::DialectTool;
 
-/// The engines whose calls run a shell command.
-pub(crate) const RUNS_COMMANDS: &[&str] = &[
-    "run_command",
-    "run_command_isolated",
-    "shell",
-    "build",
-    "test",
-    "validate",
-];
-
-/// The arguments that carry the command line of those calls (codex's `exec_command` says `cmd`).
-const COMMAND_ARGS: &[&str] = &["command", "cmd"];
-
 /// The served tool called `name`, or the error naming every served tool.
 pub(crate) fn resolve<'a>(
     tools: &'a BTreeMap<String, DialectTool>,
@@ -83,21 +70,16 @@ pub(crate) fn time_limit(
     )
 }
 
-/// Refuse the command a command-running call carries when the catalog's `[policy]` blocks it.
+/// Refuse the command a call carries (the argument its shape names, or a catalog command
+/// tool's argv) when the catalog's `[policy]` blocks it. The shape is the declaration: a tool
+/// that runs no command declares none.
 pub(crate) fn command_policy(
     policy: &CommandPolicy,
     entry: &DialectTool,
     args: &Value,
 ) -> Result<(), ToolError> {
-    if !RUNS_COMMANDS.contains(&entry.engine) {
-        return Ok(());
-    }
-    let command = COMMAND_ARGS
-        .iter()
-        .find_map(|k| args.get(*k))
-        .and_then(Value::as_str);
-    match command {
-        Some(c) => toolyard_tools::command::check_policy(policy, c),
+    match entry.command_line(args)? {
+        Some(c) => toolyard_tools::command::check_policy(policy, &c),
         None => Ok(()),
     }
 }

@@ -80,6 +80,11 @@ pub fn check_policy(policy: &CommandPolicy, command: &str) -> Result<(), ToolErr
     }
 }
 
+/// Refuse `line` if the command policy `commands` holds blocks it.
+pub(crate) fn check_policy_line(commands: &CommandEnv, line: &str) -> Result<(), ToolError> {
+    check_policy(&commands.policy, line)
+}
+
 /// Everything the command tools share: the policy, the environment policy, project commands.
 pub struct CommandEnv {
     pub(crate) env: Arc<ToolEnv>,
@@ -180,7 +185,7 @@ impl CommandEnv {
     ) -> Result<Result<ExecOutcome, ToolResult>, ToolError> {
         Ok(
             match self
-                .execute(ctx, command, None, None, Streams::Merged, true)
+                .execute(ctx, command, None, None, Streams::Merged, true, &[])
                 .await?
             {
                 Executed::Finished(outcome) => Ok(outcome),
@@ -201,6 +206,25 @@ impl CommandEnv {
             .await
     }
 
+    /// Run `command` with `vars` set in its environment (a catalog command tool passes its
+    /// arguments so, never as shell text), as [`CommandEnv::run`] does otherwise.
+    pub async fn run_with_vars(
+        &self,
+        ctx: &ToolContext,
+        command: &str,
+        vars: &[(String, String)],
+    ) -> Result<ToolResult, ToolError> {
+        match self
+            .execute(ctx, command, None, None, Streams::Merged, false, vars)
+            .await?
+        {
+            Executed::Finished(outcome) => Ok(command_result(&outcome)),
+            Executed::Running(..) => Err(ToolError::Io(
+                "internal: a command was handed back running without being asked to".into(),
+            )),
+        }
+    }
+
     async fn finished(
         &self,
         ctx: &ToolContext,
@@ -210,7 +234,7 @@ impl CommandEnv {
         streams: Streams,
     ) -> Result<ExecOutcome, ToolError> {
         match self
-            .execute(ctx, command, cwd, timeout_ms, streams, false)
+            .execute(ctx, command, cwd, timeout_ms, streams, false, &[])
             .await?
         {
             Executed::Finished(outcome) => Ok(outcome),
@@ -231,7 +255,7 @@ impl CommandEnv {
         ran: Option<&RanWhy>,
     ) -> Result<ToolResult, ToolError> {
         let mut result = match self
-            .execute(ctx, command, cwd, None, Streams::Merged, true)
+            .execute(ctx, command, cwd, None, Streams::Merged, true, &[])
             .await?
         {
             Executed::Finished(outcome) => {
@@ -258,6 +282,7 @@ impl CommandEnv {
     /// Check, run, and restore the protected paths once the command (with its whole process
     /// tree) has ended; with `answer`, a command still running after `answer_after` is handed
     /// to this session's processes instead, which restore them when it ends.
+    #[allow(clippy::too_many_arguments)] // each is one decision of the caller's; a struct would only rename them
     async fn execute(
         &self,
         ctx: &ToolContext,
@@ -266,6 +291,7 @@ impl CommandEnv {
         timeout_ms: Option<u64>,
         streams: Streams,
         answer: bool,
+        vars: &[(String, String)],
     ) -> Result<Executed, ToolError> {
         let dir = self.admit(ctx, command, cwd)?;
         let mut req = ExecRequest::new(command, dir);
@@ -273,7 +299,9 @@ impl CommandEnv {
         req.timeout = timeout_ms.map(Duration::from_millis).unwrap_or(ctx.timeout);
         req.max_output_bytes = ctx.max_output_bytes;
         req.streams = streams;
-        req.env = self.env_policy.clone();
+        req.env = vars.iter().fold(self.env_policy.clone(), |p, (k, v)| {
+            p.with_var(k.clone(), v.clone())
+        });
         req.spill_dir = Some(self.env.state.outputs_dir());
         req.call_id = sanitize(&ctx.call_id);
         req.cancel = ctx.cancel.clone();

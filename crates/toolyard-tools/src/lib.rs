@@ -7,6 +7,7 @@
 pub mod artifacts;
 pub mod capture;
 pub mod command;
+pub mod custom;
 pub mod dialect;
 mod env;
 pub mod files;

@@ -29,8 +29,6 @@ const DEFAULT_YIELD: Duration = Duration::from_millis(1000);
 const DEFAULT_INPUT_WAIT: Duration = Duration::from_millis(1000);
 /// Once output arrives, how long a quiet spell ends the wait (a REPL's answer and prompt).
 pub(crate) const SETTLE: Duration = Duration::from_millis(150);
-/// The engines of the process tools: they run in the runner named by their `process_id`.
-pub const PROCESS_TOOLS: &[&str] = &["process_output", "process_input", "process_kill"];
 
 static TABLE: OnceLock<ProcessTable> = OnceLock::new();
 static LANE: OnceLock<(String, u64)> = OnceLock::new();

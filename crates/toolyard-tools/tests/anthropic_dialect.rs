@@ -84,7 +84,7 @@ async fn the_dialect_has_both_editors_and_bash_under_their_engines() {
     let mut got: Vec<(String, &str)> = dialect::tools(&env, Dialect::Anthropic)
         .unwrap()
         .into_iter()
-        .map(|t| (t.tool.name().to_string(), t.engine))
+        .map(|t| (t.tool.name().to_string(), t.engine.name()))
         .collect();
     got.sort();
     assert_eq!(

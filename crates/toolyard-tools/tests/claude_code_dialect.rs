@@ -82,7 +82,7 @@ async fn the_dialect_has_claude_codes_tools_under_their_engines() {
     let mut got: Vec<(String, &str)> = dialect::tools(&env, Dialect::ClaudeCode)
         .unwrap()
         .into_iter()
-        .map(|t| (t.tool.name().to_string(), t.engine))
+        .map(|t| (t.tool.name().to_string(), t.engine.name()))
         .collect();
     got.sort();
     let want = [

@@ -69,7 +69,12 @@ async fn dialect_lists_exec_command_and_write_stdin_under_process_engines() {
             .unwrap(),
     );
     let tools = dialect::tools(&env, Dialect::Codex).unwrap();
-    let engine = |n: &str| tools.iter().find(|t| t.tool.name() == n).map(|t| t.engine);
+    let engine = |n: &str| {
+        tools
+            .iter()
+            .find(|t| t.tool.name() == n)
+            .map(|t| t.engine.name())
+    };
     assert_eq!(engine("exec_command"), Some("run_command"));
     assert_eq!(engine("write_stdin"), Some("process_input"));
 }

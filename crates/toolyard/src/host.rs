@@ -103,38 +103,10 @@ struct Record {
 /// Whether a call must run in the session host: it starts a process that may outlive the call
 /// (a background or yielding command, the persistent shell), reaches one by id, or runs a tool
 /// that keeps the session's state between calls (Claude Code's `Bash` keeps its working
-/// directory).
-///
-/// The rule goes by the engine the dialect's tool runs under, so every dialect's form is
-/// covered: the process tools (BashOutput, KillShell, write_stdin, ...), `shell` (anthropic's
-/// `bash`), and a command engine called with a background or yield argument, or whose schema
-/// takes `yield_time_ms` (Codex's unified exec keeps whatever outlives its yield).
+/// directory). The dispatcher answers from its engine table and the tool's argument shape
+/// ([`Dispatcher::outlives_call`]), so every dialect's form is covered.
 pub fn outlives_call(d: &Dispatcher, tool: &str, args: &Value) -> bool {
-    if d.runs_in_process_lane(tool) || d.keeps_session_state(tool) {
-        return true;
-    }
-    match d.engine_of(tool) {
-        Some("shell") => true,
-        Some("run_command" | "run_command_isolated") => {
-            let on = |k: &&str| args.get(*k).and_then(Value::as_bool) == Some(true);
-            let given = |k: &&str| args.get(*k).is_some_and(|v| !v.is_null());
-            ["background", "run_in_background", "is_background", "tty"]
-                .iter()
-                .any(on)
-                || ["yield_ms", "yield_time_ms"].iter().any(given)
-                || yields_by_default(d, tool)
-        }
-        _ => false,
-    }
-}
-
-fn yields_by_default(d: &Dispatcher, tool: &str) -> bool {
-    d.definitions().iter().any(|def| {
-        def.name == tool
-            && def.input_schema["properties"]
-                .get("yield_time_ms")
-                .is_some()
-    })
+    d.outlives_call(tool, args)
 }
 
 /// The host key: every setting that makes one dispatcher differ from another.

@@ -18,11 +18,13 @@ use serde_json::json;
 use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
 use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
+use super::DialectTool;
 use crate::ToolEnv;
 use crate::command::CommandEnv;
 use crate::files::{
     apply_edit, commit_write, expect_for_write, lines_before, read_media, read_tracked,
 };
+use toolyard_core::Engine;
 
 /// Lines of context around an edit in the snippet shown after it (the reference's
 /// `SNIPPET_LINES`).
@@ -831,22 +833,31 @@ impl TypedTool for AnthropicBash {
 }
 
 /// The anthropic dialect's tools: both editors and `bash`.
-pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>> {
-    let mut v: Vec<Arc<dyn Tool>> = vec![
-        Arc::new(Typed(TextEditor::new(
-            env.clone(),
-            EditorVersion::V20250728,
-        ))),
-        Arc::new(Typed(TextEditor::new(
-            env.clone(),
-            EditorVersion::V20250124,
-        ))),
+pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<DialectTool> {
+    let mut v: Vec<DialectTool> = vec![
+        DialectTool::new(
+            Engine::EditFile,
+            Arc::new(Typed(TextEditor::new(
+                env.clone(),
+                EditorVersion::V20250728,
+            ))),
+        ),
+        DialectTool::new(
+            Engine::EditFile,
+            Arc::new(Typed(TextEditor::new(
+                env.clone(),
+                EditorVersion::V20250124,
+            ))),
+        ),
     ];
     if let Some(shell) = crate::process::tools(commands)
         .into_iter()
         .find(|t| t.name() == "shell")
     {
-        v.push(Arc::new(Typed(AnthropicBash { shell })));
+        v.push(DialectTool::new(
+            Engine::Shell,
+            Arc::new(Typed(AnthropicBash { shell })),
+        ));
     }
     v
 }

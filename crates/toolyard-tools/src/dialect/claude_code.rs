@@ -24,10 +24,12 @@ use toolyard_core::{
 use toolyard_exec::ExecOutcome;
 use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
+use super::DialectTool;
 use super::{Adapter, Answer, Shaped};
 use crate::ToolEnv;
 use crate::command::{CommandEnv, command_result};
 use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
+use toolyard_core::{CallShape, Engine};
 
 /// Lines `Read` shows when `limit` is not given.
 const DEFAULT_LINES: usize = 2000;
@@ -1240,25 +1242,48 @@ pub fn tools(
     env: &Arc<ToolEnv>,
     commands: Arc<CommandEnv>,
     loopr: &[Arc<dyn Tool>],
-) -> Vec<Arc<dyn Tool>> {
-    let mut v: Vec<Arc<dyn Tool>> = vec![
-        Arc::new(Typed(Read {
-            env: env.clone(),
-            read_file: engine(loopr, "read_file"),
-        })),
-        Arc::new(Typed(SingleEdit(Editor {
-            env: env.clone(),
-            multi: false,
-        }))),
-        Arc::new(Typed(Editor {
-            env: env.clone(),
-            multi: true,
-        })),
-        Arc::new(Typed(NotebookEdit { env: env.clone() })),
-        crate::lsp::claude_code_tool(env.clone()),
+) -> Vec<DialectTool> {
+    const FILE_PATH: CallShape = CallShape {
+        path: Some("file_path"),
+        ..CallShape::NONE
+    };
+    let mut v: Vec<DialectTool> = vec![
+        DialectTool::new(
+            Engine::ReadFile,
+            Arc::new(Typed(Read {
+                env: env.clone(),
+                read_file: engine(loopr, "read_file"),
+            })),
+        ),
+        DialectTool::new(
+            Engine::EditFile,
+            Arc::new(Typed(SingleEdit(Editor {
+                env: env.clone(),
+                multi: false,
+            }))),
+        )
+        .shaped(FILE_PATH),
+        DialectTool::new(
+            Engine::EditFile,
+            Arc::new(Typed(Editor {
+                env: env.clone(),
+                multi: true,
+            })),
+        )
+        .shaped(FILE_PATH),
+        // Its path is notebook_path: never a small write, it always leaves the front thread.
+        DialectTool::new(
+            Engine::EditFile,
+            Arc::new(Typed(NotebookEdit { env: env.clone() })),
+        )
+        .shaped(CallShape::NONE),
+        DialectTool::new(Engine::Lsp, crate::lsp::claude_code_tool(env.clone())),
     ];
     if let Some(t) = engine(loopr, "write_file") {
-        v.push(Arc::new(Typed(Write { write_file: t })));
+        v.push(
+            DialectTool::new(Engine::WriteFile, Arc::new(Typed(Write { write_file: t })))
+                .shaped(FILE_PATH),
+        );
     }
     // Glob and Grep: the engine's, their hints in Claude Code's parameter names.
     {
@@ -1266,45 +1291,61 @@ pub fn tools(
             env.clone(),
             crate::search::Vocab::CLAUDE_CODE_GLOB,
         )));
-        v.push(Arc::new(Typed(Adapter {
-            name: "Glob",
-            description: "Fast file pattern matching: finds files by glob (`**/*.js`, \
+        v.push(DialectTool::new(
+            Engine::Glob,
+            Arc::new(Typed(Adapter {
+                name: "Glob",
+                description: "Fast file pattern matching: finds files by glob (`**/*.js`, \
                           `src/**/*.ts`), newest first. path is the directory to search in \
                           (omit it for the working directory).",
-            annotations: Annotations::READ_ONLY,
-            target: t,
-            shape: |a| refused(glob_call(a)),
-            after: same,
-        })));
+                annotations: Annotations::READ_ONLY,
+                target: t,
+                shape: |a| refused(glob_call(a)),
+                after: same,
+            })),
+        ));
     }
     {
         let t: Arc<dyn Tool> = Arc::new(Typed(crate::search::GrepTool::speaking(
             env.clone(),
             crate::search::Vocab::CLAUDE_CODE_GREP,
         )));
-        v.push(Arc::new(Typed(Adapter {
-            name: "Grep",
-            description: "Searches file contents with a regular expression (ripgrep syntax). \
+        v.push(DialectTool::new(
+            Engine::Grep,
+            Arc::new(Typed(Adapter {
+                name: "Grep",
+                description: "Searches file contents with a regular expression (ripgrep syntax). \
                           output_mode: files_with_matches (default, paths), content (matching \
                           lines, with -A/-B/-C context and -n numbers) or count. Filter files \
                           with glob (`*.js`) or type (`py`, `rust`); -i ignores case; multiline \
                           lets a match span lines; head_limit keeps the first N entries.",
-            annotations: Annotations::READ_ONLY,
-            target: t,
-            shape: |a| refused(grep_call(a)),
-            after: same,
-        })));
+                annotations: Annotations::READ_ONLY,
+                target: t,
+                shape: |a| refused(grep_call(a)),
+                after: same,
+            })),
+        ));
     }
     if let Some(t) = engine(loopr, "run_command") {
-        v.push(Arc::new(Typed(ClaudeBash {
-            env: env.clone(),
-            commands,
-            run_command: t,
-            cwds: Mutex::new(HashMap::new()),
-        })));
+        v.push(
+            DialectTool::new(
+                Engine::RunCommand,
+                Arc::new(Typed(ClaudeBash {
+                    env: env.clone(),
+                    commands,
+                    run_command: t,
+                    cwds: Mutex::new(HashMap::new()),
+                })),
+            )
+            .shaped(CallShape {
+                command: Some("command"),
+                background: &["run_in_background"],
+                ..CallShape::NONE
+            }),
+        );
     }
     if let Some(t) = engine(loopr, "process_output") {
-        v.push(Arc::new(Typed(Adapter {
+        let t = Arc::new(Typed(Adapter {
             name: "BashOutput",
             description: "Retrieves output from a running or completed background shell: only \
                           the output new since the last check. filter (a regex) keeps only the \
@@ -1313,17 +1354,27 @@ pub fn tools(
             target: t,
             shape: |a| refused(bash_output_call(a)),
             after: |r, memo| delegated(r).map(|r| bash_output_after(r, memo)),
-        })));
+        }));
+        v.push(
+            DialectTool::new(Engine::ProcessOutput, t).shaped(CallShape {
+                process_id: Some("bash_id"),
+                ..CallShape::NONE
+            }),
+        );
     }
     if let Some(t) = engine(loopr, "process_kill") {
-        v.push(Arc::new(Typed(Adapter {
+        let t = Arc::new(Typed(Adapter {
             name: "KillShell",
             description: "Kills a running background shell by its ID.",
             annotations: Annotations::COMMAND,
             target: t,
             shape: |a| refused(kill_call(a)),
             after: |r, memo| delegated(r).map(|r| kill_after(r, memo)),
-        })));
+        }));
+        v.push(DialectTool::new(Engine::ProcessKill, t).shaped(CallShape {
+            process_id: Some("shell_id"),
+            ..CallShape::NONE
+        }));
     }
     v
 }

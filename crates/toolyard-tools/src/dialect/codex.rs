@@ -12,15 +12,15 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolyard_core::{
-    Annotations, Freeform, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
-};
+use toolyard_core::{Annotations, Freeform, ToolContext, ToolError, ToolResult, Typed, TypedTool};
 
+use super::DialectTool;
 use crate::ToolEnv;
 use crate::command::CommandEnv;
 use crate::patch;
 use crate::process;
 use toolyard_core::shape::HeadTail;
+use toolyard_core::{CallShape, Engine};
 use toolyard_exec::background::{BgProcess, Taken};
 
 /// Codex's Lark grammar of a patch (`codex-rs/core/src/tools/handlers/apply_patch.lark`), for
@@ -442,12 +442,35 @@ impl TypedTool for WriteStdin {
 }
 
 /// The codex dialect's own tools.
-pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>> {
+pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<DialectTool> {
     vec![
-        Arc::new(Typed(ApplyPatch::new(env.clone()))),
-        Arc::new(Typed(ExecCommand {
-            commands: commands.clone(),
-        })),
-        Arc::new(Typed(WriteStdin { commands })),
+        // Its files are in the patch text: never a small write.
+        DialectTool::new(
+            Engine::EditFile,
+            Arc::new(Typed(ApplyPatch::new(env.clone()))),
+        )
+        .shaped(CallShape::NONE),
+        DialectTool::new(
+            Engine::RunCommand,
+            Arc::new(Typed(ExecCommand {
+                commands: commands.clone(),
+            })),
+        )
+        .shaped(CallShape {
+            command: Some("cmd"),
+            background: &["tty"],
+            yields: &["yield_time_ms"],
+            // Unified exec keeps whatever outlives its default yield.
+            yields_by_default: true,
+            ..CallShape::NONE
+        }),
+        DialectTool::new(
+            Engine::ProcessInput,
+            Arc::new(Typed(WriteStdin { commands })),
+        )
+        .shaped(CallShape {
+            process_id: Some("session_id"),
+            ..CallShape::NONE
+        }),
     ]
 }

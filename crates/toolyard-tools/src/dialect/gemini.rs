@@ -18,11 +18,13 @@ use serde_json::{Value, json};
 use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
 use toolyard_workspace::{Expect, hash_bytes};
 
+use super::DialectTool;
 use super::{Adapter, Shaped, as_engine};
 use crate::ToolEnv;
 use crate::command::CommandEnv;
 use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
 use crate::search::{GlobQuery, PathGlob};
+use toolyard_core::{CallShape, Engine};
 
 /// The first of the names a model may have used for one argument, or an error naming them.
 fn either(names: &[&str], values: &[&Option<String>]) -> Result<String, ToolError> {
@@ -630,14 +632,18 @@ impl TypedTool for ReadManyFiles {
 }
 
 /// The gemini dialect's tools.
-pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>> {
+pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<DialectTool> {
+    const FILE_PATH: CallShape = CallShape {
+        path: Some("file_path"),
+        ..CallShape::NONE
+    };
     let mut engine: Vec<Arc<dyn Tool>> = crate::files::tools(env.clone());
     engine.extend(crate::search::tools(env.clone()));
     engine.extend(crate::command::tools(commands));
     let find = |name: &str| engine.iter().find(|t| t.name() == name).cloned();
-    let mut v: Vec<Arc<dyn Tool>> = Vec::new();
+    let mut v: Vec<DialectTool> = Vec::new();
     if let Some(inner) = find("read_file") {
-        v.push(Arc::new(Typed(Adapter {
+        v.push(DialectTool::new(Engine::ReadFile, Arc::new(Typed(Adapter {
             name: "read_file",
             description: "Reads a file (file_path, absolute inside the workspace). Text comes as numbered \
                  lines; use start_line/end_line (1-based, inclusive), or the older offset (0-based) \
@@ -646,10 +652,10 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>
             target: inner,
             shape: |a| Shaped::plain(shape_read(a)),
             after: as_engine,
-        })));
+        }))));
     }
     if let Some(inner) = find("write_file") {
-        v.push(Arc::new(Typed(Adapter {
+        let t = Arc::new(Typed(Adapter {
             name: "write_file",
             description: "Writes content to a file (file_path), creating it and its parent directories or \
                  overwriting it. An existing file must have been read first. Provide the full file; \
@@ -658,10 +664,20 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>
             target: inner,
             shape: |a| Shaped::plain(shape_write(a)),
             after: as_engine,
-        })));
+        }));
+        v.push(DialectTool::new(Engine::WriteFile, t).shaped(FILE_PATH));
     }
-    v.push(Arc::new(Typed(Replace { env: env.clone() })));
-    v.push(Arc::new(Typed(Glob { env: env.clone() })));
+    v.push(
+        DialectTool::new(
+            Engine::EditFile,
+            Arc::new(Typed(Replace { env: env.clone() })),
+        )
+        .shaped(FILE_PATH),
+    );
+    v.push(DialectTool::new(
+        Engine::Glob,
+        Arc::new(Typed(Glob { env: env.clone() })),
+    ));
     {
         // Its hints name Gemini's parameters (dir_path, include_pattern, total_max_matches).
         let inner: Arc<dyn Tool> = Arc::new(Typed(crate::search::GrepTool::speaking(
@@ -669,7 +685,7 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>
             crate::search::Vocab::GEMINI_GREP,
         )));
         for name in ["search_file_content", "grep_search"] {
-            v.push(Arc::new(Typed(Adapter {
+            v.push(DialectTool::new(Engine::Grep, Arc::new(Typed(Adapter {
                 name,
                 description: "Searches for a regular expression in file contents under dir_path (or the older \
                      path), optionally only in files matching the include glob. Case-insensitive \
@@ -679,12 +695,15 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>
                 target: inner.clone(),
                 shape: |a| Shaped::plain(shape_search(a)),
                 after: as_engine,
-            })));
+            }))));
         }
     }
-    v.push(Arc::new(Typed(ListDirectory { env: env.clone() })));
+    v.push(DialectTool::new(
+        Engine::ListDirectory,
+        Arc::new(Typed(ListDirectory { env: env.clone() })),
+    ));
     if let Some(inner) = find("run_command") {
-        v.push(Arc::new(Typed(Adapter {
+        let t = Arc::new(Typed(Adapter {
             name: "run_shell_command",
             description: "Runs a shell command in the workspace (dir_path, or the older directory, sets the \
                  working directory inside it) and returns its output and exit code. \
@@ -693,8 +712,16 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>
             target: inner,
             shape: |a| Shaped::plain(shape_shell(a)),
             after: as_engine,
-        })));
+        }));
+        v.push(DialectTool::new(Engine::RunCommand, t).shaped(CallShape {
+            command: Some("command"),
+            background: &["is_background"],
+            ..CallShape::NONE
+        }));
     }
-    v.push(Arc::new(Typed(ReadManyFiles { env: env.clone() })));
+    v.push(DialectTool::new(
+        Engine::ReadFile,
+        Arc::new(Typed(ReadManyFiles { env: env.clone() })),
+    ));
     v
 }

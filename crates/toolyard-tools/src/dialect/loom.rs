@@ -317,12 +317,27 @@ impl TypedTool for Bash {
 
 /// The loom tools that differ from loopr's (read_file, edit_file, bash); list_files,
 /// web_search and oracle are shared.
-pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn toolyard_core::Tool>> {
-    use toolyard_core::Typed;
+pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<super::DialectTool> {
+    use super::DialectTool;
+    use toolyard_core::{CallShape, Engine, Typed};
     vec![
-        Arc::new(Typed(LoomReadFile { env: env.clone() })),
-        Arc::new(Typed(LoomEditFile { env: env.clone() })),
-        Arc::new(Typed(Bash { commands })),
-        Arc::new(Typed(crate::search::ListFilesTool::new(env.clone()))),
+        DialectTool::new(
+            Engine::ReadFile,
+            Arc::new(Typed(LoomReadFile { env: env.clone() })),
+        ),
+        DialectTool::new(
+            Engine::EditFile,
+            Arc::new(Typed(LoomEditFile { env: env.clone() })),
+        ),
+        DialectTool::new(Engine::RunCommand, Arc::new(Typed(Bash { commands }))).shaped(
+            CallShape {
+                command: Some("command"),
+                ..CallShape::NONE
+            },
+        ),
+        DialectTool::new(
+            Engine::ListDirectory,
+            Arc::new(Typed(crate::search::ListFilesTool::new(env.clone()))),
+        ),
     ]
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, Typed, TypedTool};
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
@@ -259,15 +259,33 @@ impl TypedTool for SearchFiles {
 }
 
 /// The loom-py tools that differ from loopr's; write_file and list_directory are shared.
-pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>> {
+pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<super::DialectTool> {
+    use super::DialectTool;
+    use toolyard_core::{CallShape, Engine};
     vec![
-        Arc::new(Typed(PyReadFile { env: env.clone() })),
-        Arc::new(Typed(PyEditFile {
-            inner: EditFile::new(env.clone()),
-        })),
-        Arc::new(Typed(ShellExecute { commands })),
-        Arc::new(Typed(SearchFiles {
-            inner: GrepTool::speaking(env.clone(), crate::search::Vocab::LOOM_PY_SEARCH),
-        })),
+        DialectTool::new(
+            Engine::ReadFile,
+            Arc::new(Typed(PyReadFile { env: env.clone() })),
+        ),
+        DialectTool::new(
+            Engine::EditFile,
+            Arc::new(Typed(PyEditFile {
+                inner: EditFile::new(env.clone()),
+            })),
+        ),
+        DialectTool::new(
+            Engine::RunCommand,
+            Arc::new(Typed(ShellExecute { commands })),
+        )
+        .shaped(CallShape {
+            command: Some("command"),
+            ..CallShape::NONE
+        }),
+        DialectTool::new(
+            Engine::Grep,
+            Arc::new(Typed(SearchFiles {
+                inner: GrepTool::speaking(env.clone(), crate::search::Vocab::LOOM_PY_SEARCH),
+            })),
+        ),
     ]
 }

@@ -12,7 +12,9 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{
+    Annotations, CallShape, CustomTool, Engine, Tool, ToolContext, ToolError, ToolResult, TypedTool,
+};
 
 use crate::ToolEnv;
 use crate::command::CommandEnv;
@@ -101,31 +103,6 @@ impl std::str::FromStr for Dialect {
     }
 }
 
-/// Tools that write Toolyard's own state (the journal, the session's completion) and touch
-/// neither the network nor anything a command could run: they run in the server process,
-/// whatever the lane, because runners may not write the state directory.
-pub const SERVER_SIDE: &[&str] = &[
-    "undo",
-    "complete_task",
-    "diagnostics",
-    "lsp",
-    "rename_symbol",
-    "outline",
-];
-
-/// The file tools: they run no program and reach files only through the workspace's path
-/// confinement (`openat2(RESOLVE_BENEATH)`, protected and hidden paths), so they run in the
-/// server process, on its blocking pool: no runner hop, no records round trip, never queued
-/// behind a lane's commands. See docs/architecture.md.
-pub const FILE_TOOLS: &[&str] = &[
-    "read_file",
-    "write_file",
-    "edit_file",
-    "list_directory",
-    "glob",
-    "grep",
-];
-
 /// A call's answer: a result, or an error the model reads as one.
 pub(crate) type Answer = Result<ToolResult, ToolError>;
 
@@ -206,73 +183,81 @@ pub(crate) fn as_engine(r: Answer, _: &Value) -> Answer {
     r
 }
 
-/// A tool as a dialect exposes it, with the catalog entry it runs under.
+/// A tool as a dialect exposes it, with the engine it runs under and the shape of its
+/// arguments, both declared beside the tool.
 #[derive(Clone)]
 pub struct DialectTool {
     /// The tool.
     pub tool: Arc<dyn Tool>,
-    /// The catalog entry (loopr name) that gives its lane and limits.
-    pub engine: &'static str,
+    /// The engine: its catalog entry (lane, limits) and its facts.
+    pub engine: Engine,
+    /// Which of its arguments carry the command line, the path, the process id.
+    pub shape: CallShape,
+    /// A catalog command tool's declaration (its argv is its command line).
+    custom: Option<Arc<CustomTool>>,
 }
 
-/// The catalog entry a dialect's tool runs under; `None` for a tool with no entry (a bug: it
-/// must not borrow another tool's lane and limits).
-fn engine_of(dialect: Dialect, name: &str) -> Option<&'static str> {
-    const ENGINES: &[&str] = &[
-        "read_file",
-        "write_file",
-        "edit_file",
-        "list_directory",
-        "glob",
-        "grep",
-        "run_command",
-        "run_command_isolated",
-        "web_fetch",
-        "web_search",
-        "build",
-        "test",
-        "validate",
-        "complete_task",
-        "create_plan",
-        "create_spec",
-        "create_phase",
-        "undo",
-        "oracle",
-        "process_output",
-        "process_input",
-        "process_kill",
-        "process_list",
-        "shell",
-        "diagnostics",
-        "lsp",
-        "rename_symbol",
-        "outline",
-    ];
-    let engine = match (dialect, name) {
-        (Dialect::Loom, "bash") | (Dialect::LoomPy, "shell_execute") => "run_command",
-        (Dialect::Loom, "list_files") => "list_directory",
-        (Dialect::LoomPy, "search_files") => "grep",
-        (Dialect::Codex, "apply_patch") => "edit_file",
-        (Dialect::Codex, "exec_command") => "run_command",
-        (Dialect::Codex, "write_stdin") => "process_input",
-        (Dialect::Anthropic, "str_replace_based_edit_tool" | "str_replace_editor") => "edit_file",
-        (Dialect::Anthropic, "bash") => "shell",
-        (Dialect::Gemini, "replace") => "edit_file",
-        (Dialect::Gemini, "search_file_content" | "grep_search") => "grep",
-        (Dialect::Gemini, "run_shell_command") => "run_command",
-        (Dialect::Gemini, "read_many_files") => "read_file",
-        (Dialect::ClaudeCode, "Read") => "read_file",
-        (Dialect::ClaudeCode, "Write") => "write_file",
-        (Dialect::ClaudeCode, "Edit" | "MultiEdit" | "NotebookEdit") => "edit_file",
-        (Dialect::ClaudeCode, "Glob") => "glob",
-        (Dialect::ClaudeCode, "Grep") => "grep",
-        (Dialect::ClaudeCode, "Bash") => "run_command",
-        (Dialect::ClaudeCode, "BashOutput") => "process_output",
-        (Dialect::ClaudeCode, "KillShell") => "process_kill",
-        (Dialect::ClaudeCode, "LSP") => "lsp",
-        (_, other) => other,
-    };
-    ENGINES.iter().find(|e| **e == engine).copied()
+impl DialectTool {
+    /// `tool` under `engine`, its arguments shaped as the engine's own.
+    pub fn new(engine: Engine, tool: Arc<dyn Tool>) -> Self {
+        Self {
+            tool,
+            engine,
+            shape: engine.shape(),
+            custom: None,
+        }
+    }
+
+    /// The catalog's command tool `spec`, run through `commands`.
+    pub fn custom(spec: &CustomTool, commands: Arc<CommandEnv>) -> Self {
+        let tool = Arc::new(crate::custom::CustomCommand::new(spec.clone(), commands));
+        Self {
+            custom: Some(Arc::new(spec.clone())),
+            ..Self::new(Engine::Custom, tool)
+        }
+    }
+
+    /// The command line a call with `args` runs, for the command policy: the argument its
+    /// shape names, or a catalog command tool's argv, shell-quoted.
+    pub fn command_line<'a>(
+        &self,
+        args: &'a Value,
+    ) -> Result<Option<std::borrow::Cow<'a, str>>, ToolError> {
+        if let Some(custom) = &self.custom {
+            return custom
+                .command_line(args)
+                .map(|l| Some(std::borrow::Cow::Owned(l)))
+                .map_err(ToolError::InvalidArguments);
+        }
+        Ok(self.shape.command_of(args).map(std::borrow::Cow::Borrowed))
+    }
+
+    /// The same tool, whose arguments are shaped as `shape` says.
+    pub fn shaped(mut self, shape: CallShape) -> Self {
+        self.shape = shape;
+        self
+    }
+
+    /// An engine tool of the loopr vocabulary: its name is its engine's.
+    fn engine_tool(tool: Arc<dyn Tool>) -> Result<Self, ToolError> {
+        match Engine::builtin(tool.name()) {
+            Some(engine) => Ok(Self::new(engine, tool)),
+            None => Err(ToolError::Io(format!(
+                "internal: the engine tool `{}` names no engine (toolyard_core::Engine)",
+                tool.name()
+            ))),
+        }
+    }
+
+    /// The name of its catalog entry: its engine's, or, for a tool of the catalog's own or
+    /// an embedder's, its own.
+    pub fn catalog_name(&self) -> &str {
+        if self.engine.is_builtin() {
+            self.engine.name()
+        } else {
+            self.tool.name()
+        }
+    }
 }
 
 /// The tools of `dialect` over `env`.
@@ -291,36 +276,40 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
     if let Some(local) = &env.local {
         loopr.extend(crate::undo::tools(local.clone()));
     }
-    let shared = |names: &[&str]| -> Vec<Arc<dyn Tool>> {
+    let loopr: Vec<DialectTool> = loopr
+        .into_iter()
+        .map(DialectTool::engine_tool)
+        .collect::<Result<_, _>>()?;
+    let shared = |names: &[&str]| -> Vec<DialectTool> {
         loopr
             .iter()
-            .filter(|t| names.contains(&t.name()))
+            .filter(|t| names.contains(&t.tool.name()))
             .cloned()
             .collect()
     };
-    let chosen: Vec<Arc<dyn Tool>> = match dialect {
+    let mut chosen: Vec<DialectTool> = match dialect {
         Dialect::Loopr => loopr.clone(),
         Dialect::Loom => {
-            let mut v = loom::tools(env, commands);
+            let mut v = loom::tools(env, commands.clone());
             v.extend(shared(&["web_search", "oracle", "undo"]));
             v.extend(shared(crate::lsp::ENGINES));
             v
         }
         Dialect::LoomPy => {
-            let mut v = loom_py::tools(env, commands);
+            let mut v = loom_py::tools(env, commands.clone());
             v.extend(shared(&["write_file", "list_directory", "undo"]));
             v.extend(shared(crate::lsp::ENGINES));
             v
         }
         Dialect::Codex => {
-            let mut v = codex::tools(env, commands);
+            let mut v = codex::tools(env, commands.clone());
             v.extend(shared(&["undo"]));
             v.extend(shared(crate::lsp::ENGINES));
             v
         }
-        Dialect::Anthropic => anthropic::tools(env, commands),
+        Dialect::Anthropic => anthropic::tools(env, commands.clone()),
         Dialect::Gemini => {
-            let mut v = gemini::tools(env, commands);
+            let mut v = gemini::tools(env, commands.clone());
             // is_background hands back a process id; these read, list and stop it.
             v.extend(shared(&[
                 "process_output",
@@ -331,16 +320,170 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
             v.extend(shared(crate::lsp::ENGINES));
             v
         }
-        Dialect::ClaudeCode => claude_code::tools(env, commands, &loopr),
+        Dialect::ClaudeCode => {
+            let engines: Vec<Arc<dyn Tool>> = loopr.iter().map(|t| t.tool.clone()).collect();
+            claude_code::tools(env, commands.clone(), &engines)
+        }
     };
-    chosen
-        .into_iter()
-        .map(|tool| match engine_of(dialect, tool.name()) {
-            Some(engine) => Ok(DialectTool { tool, engine }),
-            None => Err(ToolError::Io(format!(
-                "internal: the {dialect} tool `{}` has no catalog entry",
-                tool.name()
-            ))),
-        })
-        .collect()
+    // The catalog's own command tools, the same in every dialect. One named like a tool of
+    // this dialect is left out here (a runner builds every dialect); a dispatcher serving
+    // this dialect refuses the catalog instead (see `custom_clash`).
+    for custom in env.catalog.custom_tools().values() {
+        if chosen.iter().all(|t| t.tool.name() != custom.name) {
+            chosen.push(DialectTool::custom(custom, commands.clone()));
+        }
+    }
+    Ok(chosen)
+}
+
+/// The error for a catalog command tool named like one of `served` (a dialect's own tools).
+pub fn custom_clash(
+    catalog: &toolyard_core::Catalog,
+    served: &[DialectTool],
+    dialect: Dialect,
+) -> Result<(), ToolError> {
+    for name in catalog.custom_tools().keys() {
+        if served
+            .iter()
+            .any(|t| t.engine != Engine::Custom && t.tool.name() == name)
+        {
+            return Err(ToolError::InvalidArguments(format!(
+                "the catalog's [tools.{name}] has the name of a {dialect} tool; rename it"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolyard_core::{Catalog, Outlives};
+
+    fn env() -> (tempfile::TempDir, Arc<ToolEnv>) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let env = ToolEnv::open_with_state(
+            tmp.path(),
+            Catalog::builtin(),
+            Some(&tmp.path().join("state")),
+        )
+        .expect("env");
+        (tmp, Arc::new(env))
+    }
+
+    /// The first of `names` the tool's schema takes: what the hand-kept lists sniffed for.
+    fn first_taken(schema: &Value, names: &[&'static str]) -> Option<&'static str> {
+        names
+            .iter()
+            .copied()
+            .find(|n| schema["properties"].get(*n).is_some())
+    }
+
+    #[test]
+    fn every_engine_has_a_catalog_entry_and_an_engine_tool() {
+        let (_tmp, env) = env();
+        let catalog = Catalog::builtin();
+        let loopr = tools(&env, Dialect::Loopr).expect("loopr tools");
+        for engine in Engine::BUILTIN {
+            assert!(
+                catalog.spec(engine).is_some(),
+                "{engine} has no catalog entry"
+            );
+            assert!(
+                loopr
+                    .iter()
+                    .any(|t| t.engine == engine && t.tool.name() == engine.name()),
+                "{engine} has no engine tool"
+            );
+        }
+        assert_eq!(catalog.tools().len(), Engine::BUILTIN.len());
+    }
+
+    #[test]
+    fn every_dialect_tool_has_an_engine_with_an_entry() {
+        let (_tmp, env) = env();
+        let catalog = Catalog::builtin();
+        for dialect in Dialect::ALL {
+            let served = tools(&env, dialect).expect("tools");
+            assert!(!served.is_empty(), "{dialect}");
+            for t in &served {
+                assert!(t.engine.is_builtin(), "{dialect} {}", t.tool.name());
+                assert!(
+                    catalog.tool(t.catalog_name()).is_some(),
+                    "{dialect} {}: no catalog entry `{}`",
+                    t.tool.name(),
+                    t.catalog_name()
+                );
+            }
+        }
+    }
+
+    /// Each tool's declared shape names arguments its schema takes, and every argument the
+    /// layers look for by its engine is declared (so no call is routed differently than the
+    /// lists of names the code sniffed before did).
+    #[test]
+    fn shapes_match_the_schemas() {
+        let (_tmp, env) = env();
+        for dialect in Dialect::ALL {
+            for t in tools(&env, dialect).expect("tools") {
+                let schema = t.tool.input_schema();
+                let who = format!("{dialect} {}", t.tool.name());
+                for name in t.shape.names() {
+                    assert!(
+                        schema["properties"].get(name).is_some(),
+                        "{who}: its shape names `{name}`, which it does not take"
+                    );
+                }
+                if t.engine.runs_commands() {
+                    assert_eq!(
+                        t.shape.command,
+                        first_taken(&schema, &["command", "cmd"]),
+                        "{who}"
+                    );
+                } else {
+                    // The policy layer checks what a shape declares: only commands.
+                    assert_eq!(t.shape.command, None, "{who}");
+                }
+                if t.engine.bound() == toolyard_core::Bound::SmallWrite {
+                    assert_eq!(
+                        t.shape.path,
+                        first_taken(&schema, &["path", "file_path"]),
+                        "{who}"
+                    );
+                }
+                if t.engine.is_process_tool() {
+                    assert_eq!(
+                        t.shape.process_id,
+                        first_taken(
+                            &schema,
+                            &["process_id", "bash_id", "shell_id", "session_id"]
+                        ),
+                        "{who}"
+                    );
+                }
+                if t.engine.outlives_call() == Outlives::WhenAsked {
+                    let props = &schema["properties"];
+                    let taken = |names: &[&'static str]| -> Vec<&'static str> {
+                        names
+                            .iter()
+                            .copied()
+                            .filter(|n| props.get(*n).is_some())
+                            .collect()
+                    };
+                    let bg = ["background", "run_in_background", "is_background", "tty"];
+                    assert_eq!(t.shape.background.to_vec(), taken(&bg), "{who}");
+                    assert_eq!(
+                        t.shape.yields.to_vec(),
+                        taken(&["yield_ms", "yield_time_ms"]),
+                        "{who}"
+                    );
+                    assert_eq!(
+                        t.shape.yields_by_default,
+                        props.get("yield_time_ms").is_some(),
+                        "{who}"
+                    );
+                }
+            }
+        }
+    }
 }
