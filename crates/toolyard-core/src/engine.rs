@@ -519,7 +519,8 @@ mod tests {
 
     /// The lists the table replaced (MUTATING_ENGINES, FILE_ENGINES, RUNS_COMMANDS,
     /// PROMPT_TOOLS, SMALL_WRITES, FILE_TOOLS, SERVER_SIDE, PROCESS_TOOLS, the session host's
-    /// rules), written out as they were: the table answers each the same.
+    /// rules), written out as they were (with the language-server engines, which came after,
+    /// where they belong): the table answers each the same.
     #[test]
     fn the_table_answers_what_the_lists_did() {
         assert_eq!(
@@ -535,7 +536,8 @@ mod tests {
                 "create_plan",
                 "create_spec",
                 "create_phase",
-                "undo"
+                "undo",
+                "rename_symbol"
             ]
         );
         assert_eq!(
@@ -546,7 +548,8 @@ mod tests {
                 "create_plan",
                 "create_spec",
                 "create_phase",
-                "undo"
+                "undo",
+                "rename_symbol"
             ]
         );
         assert_eq!(
@@ -581,7 +584,14 @@ mod tests {
         );
         assert_eq!(
             names(|e| e.site() == Site::Server),
-            ["complete_task", "undo"]
+            [
+                "complete_task",
+                "undo",
+                "diagnostics",
+                "lsp",
+                "rename_symbol",
+                "outline"
+            ]
         );
         assert_eq!(
             names(Engine::is_process_tool),

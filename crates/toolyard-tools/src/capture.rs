@@ -743,8 +743,10 @@ fn apply(
                 // A directory made anew (not the one watched before, even under the same name):
                 // what the old one held is gone, and the new one is walked and watched.
                 let old_ino = snap.entries.get(&rel).map(|e| e.stat.ino);
-                let is_new_dir =
-                    stat.kind == Kind::Dir && (!was_dir || old_ino.is_some_and(|i| i != stat.ino));
+                let is_new_dir = stat.kind == Kind::Dir
+                    && (!was_dir
+                        || old_ino.is_some_and(|i| i != stat.ino)
+                        || touched.removed_dirs.contains(&rel));
                 if is_new_dir && was_dir {
                     let prefix = format!("{rel}/");
                     snap.entries.retain(|p, _| !p.starts_with(&prefix));
@@ -801,6 +803,9 @@ fn apply(
 #[derive(Default)]
 struct Touched {
     paths: HashSet<String>,
+    /// Directories removed since the last look: one there now is another, even when the file
+    /// system gave it the old one's inode number again.
+    removed_dirs: HashSet<String>,
     /// Excluded directories with a change directly in them.
     excluded: HashSet<String>,
 }
@@ -891,11 +896,17 @@ impl Watcher {
             }
             match ev.file_name().map(|n| n.to_str()) {
                 Some(Ok(name)) if !name.is_empty() => {
-                    touched.paths.insert(if dir.is_empty() {
+                    let path = if dir.is_empty() {
                         name.to_string()
                     } else {
                         format!("{dir}/{name}")
-                    });
+                    };
+                    if flags.contains(ReadFlags::ISDIR)
+                        && flags.intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM)
+                    {
+                        touched.removed_dirs.insert(path.clone());
+                    }
+                    touched.paths.insert(path);
                 }
                 Some(Err(_)) => {} // a name that is not UTF-8 is never journaled
                 _ => {
