@@ -1268,6 +1268,16 @@ fn a_husky_install_from_a_command_keeps_working() {
         assert!(!out.contains("Toolyard undid"), "{out}");
     }
     assert_eq!(std::fs::read(e.ws.join(".husky/_/h")).unwrap(), installed);
+    // Writable is not open: a change to the generated hooks is undone after the command.
+    let planted = e.base.join("PLANTED-in-husky-h");
+    let o = e.call(
+        "m",
+        "run_command",
+        &json!({"command": format!("echo 'touch {}' >> .husky/_/h", planted.display())}),
+        &[],
+    );
+    assert!(text(&o).contains("Toolyard undid"), "{}", text(&o));
+    assert_eq!(std::fs::read(e.ws.join(".husky/_/h")).unwrap(), installed);
     // The user's hook still runs on the user's commit.
     assert!(
         user_git(&e, &["commit", "-q", "--allow-empty", "-m", "x"])
@@ -1275,4 +1285,8 @@ fn a_husky_install_from_a_command_keeps_working() {
             .success()
     );
     assert!(marker.exists(), "the user's own husky hook did not run");
+    assert!(
+        !planted.exists(),
+        "a plant in .husky/_ ran outside the sandbox"
+    );
 }

@@ -283,7 +283,11 @@ fn auto_commit_makes_one_commit_per_mutating_call_with_exactly_its_files() {
     // A command reports no files: what git status shows it changed is committed, and reported.
     let v = e.ok("run_command", json!({"command": "echo made > b.txt"}));
     assert_eq!(v["files_changed"], json!(["b.txt"]), "{v}");
-    // Inline and in a lane alike.
+    // Inline and in a lane alike. The command is journaled too (issue 24): the first undo
+    // takes its file back, the second the edit; each commits what it changed.
+    let (v, o) = e.call("undo", json!({}), &["--inline"]);
+    assert_eq!(v["success"], true, "{}", text(&o));
+    assert!(!e.ws.join("b.txt").exists());
     let (v, o) = e.call("undo", json!({}), &["--inline"]);
     assert_eq!(v["success"], true, "{}", text(&o));
     assert_eq!(e.file("src/a.txt"), "one\n");
@@ -299,12 +303,13 @@ fn auto_commit_makes_one_commit_per_mutating_call_with_exactly_its_files() {
     let subjects: Vec<&str> = commits.iter().map(|(s, _)| s.as_str()).collect();
     assert_eq!(
         commits.len(),
-        5,
+        6,
         "one commit per mutating call: {commits:?}"
     );
-    for (subject, tool) in subjects
-        .iter()
-        .zip(["undo", "run_command", "edit_file", "write_file"])
+    for (subject, tool) in
+        subjects
+            .iter()
+            .zip(["undo", "undo", "run_command", "edit_file", "write_file"])
     {
         assert!(
             subject.starts_with(&format!("toolyard: {tool} (call ")),
@@ -314,8 +319,9 @@ fn auto_commit_makes_one_commit_per_mutating_call_with_exactly_its_files() {
     let files: Vec<&Vec<String>> = commits.iter().map(|(_, f)| f).collect();
     assert_eq!(files[0], &vec!["src/a.txt".to_string()]);
     assert_eq!(files[1], &vec!["b.txt".to_string()]);
-    assert_eq!(files[2], &vec!["src/a.txt".to_string()]);
+    assert_eq!(files[2], &vec!["b.txt".to_string()]);
     assert_eq!(files[3], &vec!["src/a.txt".to_string()]);
+    assert_eq!(files[4], &vec!["src/a.txt".to_string()]);
     let status = e.git(&["status", "--porcelain"]);
     assert!(status.contains(" M README"), "{status}");
     assert!(status.contains("?? scratch.txt"), "{status}");

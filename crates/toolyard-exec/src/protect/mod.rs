@@ -783,21 +783,12 @@ impl Fixer {
         }
         match (before, now) {
             (None, None) => {}
-            // A package manager made the directory: keep its links, check the rest.
-            (None, Some(st)) if rel == PACKAGE_BINS && kind(&st) == Kind::Dir => {
-                match open_dir_at(dir, name) {
-                    Ok(sub) => {
-                        for child in list_dir(sub.as_fd()).unwrap_or_default() {
-                            let child_rel = join_rel(rel, &child.to_string_lossy());
-                            self.fix(sub.as_fd(), &child, &child_rel, None);
-                        }
-                    }
-                    Err(e) => self.push(rel, "could not check", format!("cannot open it: {e}")),
-                }
-            }
             // Toolyard's own artifact tools make `.toolyard/artifacts`: a `.toolyard` made
-            // meanwhile keeps that, and loses the rest.
-            (None, Some(st)) if kind(&st) == Kind::Dir && holds_unprotected(rel) => {
+            // meanwhile keeps that, and loses the rest. A package manager's new
+            // `node_modules/.bin` keeps its links (see `package_link_change`).
+            (None, Some(st))
+                if kind(&st) == Kind::Dir && (holds_unprotected(rel) || rel == PACKAGE_BINS) =>
+            {
                 match open_dir_at(dir, name) {
                     Ok(sub) => {
                         for child in list_dir(sub.as_fd()).unwrap_or_default() {
