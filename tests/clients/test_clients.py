@@ -49,6 +49,8 @@ NOTES = (
 # lifts the SSRF guard for the first server's host:port only.
 PAGE_MARKER = "Kestrelpage"
 FORBIDDEN_MARKER = "Forbiddenpage"
+# The name the catalog's [network] resolve pins to 127.0.0.1, for the command's network probe.
+PINNED_PAGE_HOST = "page.test"
 # The command `validate` runs when called with no `command`: [project] in the catalog.
 VALIDATE_MARKER = "VALIDATE_FROM_CATALOG"
 # A shell command that fetches the URL after it and says whether it could; with no
@@ -70,7 +72,10 @@ PIXEL_PNG = bytes.fromhex(
 def loopr_script(page_url: str, forbidden_url: str) -> list[dict]:
     """The default (loopr) dialect: one conversation exercising every tool, each step
     named (`name`, which the model server ignores) so tests can find its result."""
-    net_probe = f"{NET_PROBE} {page_url}"
+    # By a name the catalog pins to the page's address: the net lane reaches the network only
+    # through its egress gate, which resolves names (and refuses the host's loopback unless the
+    # catalog names it).
+    net_probe = f"{NET_PROBE} {page_url.replace('127.0.0.1', PINNED_PAGE_HOST)}"
     return [
         {"name": "read", "tool": "read_file", "args": {"path": "notes.txt"}},
         {"name": "image", "tool": "read_file", "args": {"path": "pixel.png"}},
@@ -187,6 +192,19 @@ def loopr_script(page_url: str, forbidden_url: str) -> list[dict]:
                 ],
                 "validation_command": "cargo test -p feeder",
             },
+        },
+        # The language-server tools (issue 23): no server here, so each says what covers what.
+        {"name": "diagnostics", "tool": "diagnostics", "args": {"path": "notes.txt"}},
+        {"name": "outline", "tool": "outline", "args": {"path": "notes.txt"}},
+        {
+            "name": "lsp",
+            "tool": "lsp",
+            "args": {"operation": "hover", "path": "notes.txt", "line": 1, "character": 1},
+        },
+        {
+            "name": "rename_symbol",
+            "tool": "rename_symbol",
+            "args": {"path": "notes.txt", "line": 1, "character": 1, "new_name": "x"},
         },
         # Last: a model calls it when it is done.
         {
@@ -521,7 +539,8 @@ def loopr(request, tmp_path_factory, pages) -> Transcript:
     # gives `validate` its command when called without one.
     catalog = (
         f'[project]\nvalidate = "echo {VALIDATE_MARKER}"\n\n'
-        f'[web]\nallowed_hosts = ["{allowed.host_port}"]\n'
+        f'[web]\nallowed_hosts = ["{allowed.host_port}"]\n\n'
+        f'[network]\nresolve = {{ "{PINNED_PAGE_HOST}" = "127.0.0.1" }}\n'
     )
     return run_client(
         request.param,

@@ -325,7 +325,9 @@ fn local_port(fd: &OwnedFd) -> io::Result<u16> {
 /// The fallback without a namespace: a listener on the host's loopback, a Landlock ruleset
 /// allowing TCP connections to its port only, and a seccomp filter allowing stream sockets only.
 fn fallback() -> io::Result<(OwnedFd, OwnedFd, BpfProgram)> {
-    use landlock::{AccessNet, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr};
+    use landlock::{
+        AccessFs, AccessNet, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    };
     let listener = loopback_listener()?;
     let port = local_port(&listener)?;
     let err = |e: landlock::RulesetError| io::Error::other(e.to_string());
@@ -335,12 +337,20 @@ fn fallback() -> io::Result<(OwnedFd, OwnedFd, BpfProgram)> {
             "Landlock ABI {abi}, network rules need 4"
         )));
     }
+    // Landlock refuses reparenting (a rename or link into another directory, EXDEV) in any
+    // domain that does not handle `Refer`: this layer handles it and grants it everywhere, so
+    // it restricts connections only and leaves files to the command's own domain.
+    let root = PathFd::new("/").map_err(|e| io::Error::other(e.to_string()))?;
     let rules = Ruleset::default()
         .handle_access(AccessNet::ConnectTcp)
+        .map_err(err)?
+        .handle_access(AccessFs::Refer)
         .map_err(err)?
         .create()
         .map_err(err)?
         .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+        .map_err(err)?
+        .add_rule(PathBeneath::new(root, AccessFs::Refer))
         .map_err(err)?;
     let layer = Option::<OwnedFd>::from(rules)
         .ok_or_else(|| io::Error::other("Landlock network rules are not supported here"))?;
