@@ -3,24 +3,20 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toolyard_core::blocking::on_blocking_thread;
-use toolyard_core::engine::SMALL_WRITE_BYTES;
-use toolyard_core::{
-    Bound, Catalog, Engine, Lane, ProgressSink, Site, Tool, ToolContext, ToolDefinition, ToolError,
-    ToolResult, ToolSpec,
-};
-use toolyard_exec::policy::{CommandPolicy, PolicyConfig};
+use toolyard_core::{Catalog, Engine, Tool, ToolDefinition, ToolError, ToolResult, ToolSpec};
+use toolyard_exec::policy::CommandPolicy;
 use toolyard_tools::{Dialect, DialectTool, ToolEnv};
 
+use crate::execute::{InProcess, Lanes};
 use crate::hooks::{HookCall, Hooks};
-use crate::layers;
-use crate::link::{CommandLink, RemoteConfig, RunnerLink, RunnerSpawn};
+use crate::layers::{self, Admitted};
+use crate::place::{Placement, Placer};
 use crate::protocol::Job;
+use crate::request::CallRequest;
 use crate::router::Router;
 
 /// How calls are executed.
@@ -76,36 +72,13 @@ impl DispatcherConfig {
     }
 }
 
-/// One call as a front door hands it over.
-pub struct CallRequest {
-    /// The session (read tracking, journal).
-    pub session: String,
-    /// The tool's name in the dispatcher's dialect.
-    pub tool: String,
-    /// Its arguments (a JSON object).
-    pub args: Value,
-    /// Cancelled when the caller gives up.
-    pub cancel: CancellationToken,
-    /// Where progress reports go, if the caller wants them.
-    pub progress: Option<ProgressSink>,
-}
-
-impl CallRequest {
-    /// A call with no cancellation and no progress.
-    pub fn new(session: impl Into<String>, tool: impl Into<String>, args: Value) -> Self {
-        Self {
-            session: session.into(),
-            tool: tool.into(),
-            args,
-            cancel: CancellationToken::new(),
-            progress: None,
-        }
-    }
-}
-
-/// Routes calls to tools: dialect names, profile filter, catalog limits, execution.
+/// Routes calls to tools: dialect names, profile filter, catalog limits, execution. Every call,
+/// from every front door (MCP, the CLI, the session host, Rust), takes one path through
+/// [`Dispatcher::call`]: admit (the layers) → place (one decision) → execute (the executor
+/// placed), with the hooks around placing and executing when the catalog configures any.
 pub struct Dispatcher {
-    env: Arc<ToolEnv>,
+    /// Runs calls in this process; holds the shared tool environment.
+    in_process: InProcess,
     /// The one table of served tools: name in the dialect → tool, engine and argument shape.
     tools: BTreeMap<String, DialectTool>,
     /// Each served tool's catalog entry (its engine's, or its own), by the name it is served
@@ -114,142 +87,42 @@ pub struct Dispatcher {
     /// The catalog's `[policy]`, for the command policy layer.
     policy: CommandPolicy,
     config: DispatcherConfig,
-    router: Option<Arc<Router>>,
-    hooks: Hooks,
+    /// Runs calls in the lanes' runners, when calls run in lanes.
+    lanes: Option<Lanes>,
+    /// The hooks layer, present only when the catalog configures hooks.
+    hooks: Option<Hooks>,
     calls: AtomicU64,
+    /// Calls running now (a small write runs inline only when it is the only one).
+    in_flight: AtomicUsize,
     /// Identical failed calls per session, to say when a model repeats one.
     repeats: crate::repeats::Repeats,
 }
 
-impl Dispatcher {
-    /// Open the workspace and build the dialect's tools, filtered by the profile.
-    pub fn new(config: DispatcherConfig) -> Result<Self, ToolError> {
-        Self::with_link(config, None)
-    }
+/// What [`DispatcherBuilder::build`] assembles.
+pub(crate) struct Parts {
+    pub(crate) in_process: InProcess,
+    pub(crate) tools: BTreeMap<String, DialectTool>,
+    pub(crate) specs: BTreeMap<String, ToolSpec>,
+    pub(crate) policy: CommandPolicy,
+    pub(crate) config: DispatcherConfig,
+    pub(crate) lanes: Option<Lanes>,
+    pub(crate) hooks: Option<Hooks>,
+}
 
-    /// Like [`Dispatcher::new`], with runners reached through `link` when given (a link built
-    /// outside this crate, such as the Kubernetes one of `toolyard-remote`).
-    pub fn with_link(
-        config: DispatcherConfig,
-        link: Option<Arc<dyn RunnerLink>>,
-    ) -> Result<Self, ToolError> {
-        // Every section now, so a mistake fails the start, not the first call that reads it.
-        crate::check_catalog(&config.catalog)
-            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
-        let remote: RemoteConfig = config
-            .catalog
-            .section("remote")
-            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
-        if remote.kubernetes.is_some() && link.is_none() {
-            return Err(ToolError::InvalidArguments(
-                "the catalog's [remote.kubernetes] needs a toolyard built with the Kubernetes link: `cargo build -p toolyard --features kube`; or reach the pods with [remote] command = [\"kubectl\", \"exec\", \"-i\", ...]".into(),
-            ));
-        }
-        let remote: Option<Arc<dyn RunnerLink>> = match link {
-            Some(link) => Some(link),
-            None => CommandLink::from_config(&remote).map(|c| Arc::new(c) as Arc<dyn RunnerLink>),
-        };
-        if remote.is_some() && config.mode == Mode::Inline {
-            return Err(ToolError::InvalidArguments(
-                "the catalog's [remote] command runs the tools on a remote runner, but this server runs them inline (--inline); drop --inline, or the [remote] section".into(),
-            ));
-        }
-        type Open =
-            fn(&std::path::Path, Catalog, Option<&std::path::Path>) -> Result<ToolEnv, ToolError>;
-        let open: Open = if remote.as_ref().is_some_and(|l| l.is_remote()) {
-            ToolEnv::open_for_remote
-        } else {
-            ToolEnv::open_with_state
-        };
-        let mut env = open(
-            &config.workspace,
-            config.catalog.clone(),
-            config.state_dir.as_deref(),
-        )?;
-        if !remote.as_ref().is_some_and(|l| l.is_remote()) {
-            env.lsp = Some(crate::lsp::manager(&config, env.workspace.root())?);
-        }
-        let env = Arc::new(env);
-        let allowed = config
-            .catalog
-            .profile(&config.profile)
-            .map_err(ToolError::InvalidArguments)?;
-        let served = toolyard_tools::dialect::tools(&env, config.dialect)?;
-        toolyard_tools::dialect::custom_clash(&config.catalog, &served, config.dialect)?;
-        let tools: BTreeMap<String, DialectTool> = served
-            .into_iter()
-            .filter(|t| allowed.iter().any(|a| a == t.catalog_name()))
-            .map(|t| (t.tool.name().to_string(), t))
-            .collect();
-        let mut specs = BTreeMap::new();
-        for (name, t) in &tools {
-            let spec = config.catalog.tool(t.catalog_name()).ok_or_else(|| {
-                ToolError::Io(format!(
-                    "internal: `{name}` runs under `{}`, which has no catalog entry",
-                    t.catalog_name()
-                ))
-            })?;
-            specs.insert(name.clone(), spec.clone());
-        }
-        // Every schema compiles now (once per tool type), so validation cannot fail later.
-        for t in tools.values() {
-            t.tool.arg_validator().map_err(|e| {
-                ToolError::Io(format!(
-                    "internal: the input schema of `{}` does not compile: {e}",
-                    t.tool.name()
-                ))
-            })?;
-        }
-        let policy_config: PolicyConfig = config
-            .catalog
-            .section("policy")
-            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
-        let policy = CommandPolicy::new(&policy_config)
-            .map_err(|e| ToolError::InvalidArguments(format!("catalog [policy]: {e}")))?;
-        let hooks = Hooks::from_catalog(&config.catalog, env.workspace.root())?;
-        let router = match &config.mode {
-            Mode::Inline => None,
-            Mode::Lanes { exe } => {
-                let link: Arc<dyn RunnerLink> = match remote {
-                    Some(remote) => remote,
-                    None => Arc::new(RunnerSpawn {
-                        exe: exe.clone(),
-                        workspace: env.workspace.root().to_path_buf(),
-                        catalog: config.catalog_path.clone(),
-                        state_dir: config.state_dir.clone(),
-                    }),
-                };
-                let router = Arc::new(Router::with_link(link, env.records.clone()));
-                if router.is_remote()
-                    && let Some(local) = &env.local
-                {
-                    // Undo restores, and recovery settles, on the runner's side.
-                    let lane = config
-                        .catalog
-                        .spec(Engine::EditFile)
-                        .map_or(Lane::NoNet, |s| s.lane);
-                    local.set_remote(Arc::new(crate::remote::RouterFiles {
-                        router: Arc::downgrade(&router),
-                        lane,
-                    }));
-                    let _ = router
-                        .recovery
-                        .set(Arc::new(crate::remote::Recovery::new(local.clone())));
-                }
-                Some(router)
-            }
-        };
-        Ok(Self {
-            env,
-            tools,
-            specs,
-            policy,
-            config,
-            router,
-            hooks,
+impl Dispatcher {
+    pub(crate) fn from_parts(p: Parts) -> Self {
+        Self {
+            in_process: p.in_process,
+            tools: p.tools,
+            specs: p.specs,
+            policy: p.policy,
+            config: p.config,
+            lanes: p.lanes,
+            hooks: p.hooks,
             calls: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
             repeats: Default::default(),
-        })
+        }
     }
 
     /// Serve `tool`, an embedder's own Rust tool, beside the dialect's, with the limits of
@@ -289,7 +162,7 @@ impl Dispatcher {
 
     /// The shared tool environment.
     pub fn env(&self) -> &Arc<ToolEnv> {
-        &self.env
+        &self.in_process.env
     }
 
     /// The configuration this dispatcher was built with.
@@ -383,30 +256,41 @@ impl Dispatcher {
 
     /// Whether the runners' workspace is elsewhere (the catalog's `[remote]` link).
     pub fn is_remote(&self) -> bool {
-        self.router.as_deref().is_some_and(Router::is_remote)
+        self.router().is_some_and(Router::is_remote)
     }
 
     /// The catalog entry a served tool runs under (its lane and limits).
     pub fn spec_of(&self, tool: &str) -> Option<ToolSpec> {
-        self.tools.get(tool).map(|t| self.spec(t))
+        self.tools.get(tool).map(|t| self.spec(t).clone())
     }
 
     /// The catalog entry of a served tool (every one has one: see `specs`).
-    fn spec(&self, t: &DialectTool) -> ToolSpec {
+    fn spec(&self, t: &DialectTool) -> &ToolSpec {
         self.specs
             .get(t.tool.name())
-            .cloned()
             .unwrap_or_else(|| unreachable!("a served tool without a spec"))
     }
 
     /// The router, when calls run in lanes.
     pub fn router(&self) -> Option<&Router> {
-        self.router.as_deref()
+        self.lanes.as_ref().map(|l| &*l.router)
     }
 
-    /// Run one call through the layers of [`crate::layers`], then the hooks around its
-    /// execution. Every failure, an unknown tool or a timeout included, is a result.
+    /// Where calls go, as of now.
+    fn placer(&self) -> Placer<'_> {
+        Placer {
+            router: self.router(),
+            env: self.env(),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Run one call: admitted by the layers of [`crate::layers`], placed once
+    /// ([`crate::place`]), executed by the executor placed, with the hooks around placing and
+    /// executing. Every failure, an unknown tool or a timeout included, is a result.
     pub async fn call(&self, req: CallRequest) -> ToolResult {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _done = InFlight(&self.in_flight);
         let (session, tool, args) = (req.session.clone(), req.tool.clone(), req.args.clone());
         let mut result = self.call_once(req).await;
         self.repeats.note(&session, &tool, &args, &mut result);
@@ -414,122 +298,74 @@ impl Dispatcher {
     }
 
     async fn call_once(&self, req: CallRequest) -> ToolResult {
-        let (entry, limit) = match self.admit(&req) {
+        let admitted = match layers::admit(&self.tools, &self.policy, |t| self.spec(t), &req) {
             Ok(admitted) => admitted,
             Err(e) => return e.into(),
         };
         let call_id = self.next_call_id();
         let after = (
-            entry.engine.name(),
+            admitted.entry.engine.name(),
             req.session.clone(),
             toolyard_tools::lsp::path_args(&req.args),
         );
-        if self.hooks.is_empty() {
-            let result = self.execute(entry, req, call_id, limit).await;
-            return crate::lsp::with_diagnostics(&self.env, after, result).await;
-        }
-        // The hooks are a layer around the call, for the inline and the router path alike.
-        let call = HookCall {
-            session: req.session.clone(),
-            tool: req.tool.clone(),
-            engine: entry.engine,
-            call_id: call_id.clone(),
-            args: req.args.clone(),
-            annotations: entry.tool.annotations(),
+        let result = match &self.hooks {
+            None => self.execute(admitted, req, call_id).await,
+            Some(hooks) => {
+                let call = HookCall {
+                    session: req.session.clone(),
+                    tool: req.tool.clone(),
+                    engine: admitted.entry.engine,
+                    call_id: call_id.clone(),
+                    args: req.args.clone(),
+                    annotations: admitted.entry.tool.annotations(),
+                };
+                let cancel = req.cancel.clone();
+                hooks
+                    .around(&call, &cancel, self.execute(admitted, req, call_id))
+                    .await
+            }
         };
-        let cancel = req.cancel.clone();
-        let result = self
-            .hooks
-            .around(&call, &cancel, self.execute(entry, req, call_id, limit))
-            .await;
-        crate::lsp::with_diagnostics(&self.env, after, result).await
+        crate::lsp::with_diagnostics(self.env(), after, result).await
     }
 
-    /// Whether a call of `tool` with `args` may run on its transport's own thread
-    /// ([`Self::call_here`]): a file tool that runs in this process, with no hooks around calls
-    /// (they start processes), whose work is bounded by its output cap ([`Bound::Prompt`]) or,
-    /// when the call is `alone` (the client has nothing else waiting), a small write
-    /// ([`Bound::SmallWrite`]: the file at its path argument and every string argument at most
-    /// [`SMALL_WRITE_BYTES`]). A 50 MB edit goes to the runtime's threads, and so do writes in
-    /// flight together, whose fsyncs overlap there.
-    pub fn is_prompt(
+    /// Place an admitted call and run it on the executor placed.
+    async fn execute(
         &self,
-        tool: &str,
-        args: Option<&serde_json::Map<String, Value>>,
-        alone: bool,
-    ) -> bool {
-        if !self.hooks.is_empty() {
-            return false;
-        }
-        let Ok(entry) = layers::resolve(&self.tools, tool) else {
-            return false;
+        admitted: Admitted<'_>,
+        req: CallRequest,
+        call_id: String,
+    ) -> ToolResult {
+        let Admitted { entry, spec, limit } = admitted;
+        let placement = match self.placer().place(entry, spec, &req.session, &req.args) {
+            Ok(p) => p,
+            Err(e) => return e.into(),
         };
-        if !entry.engine.runs_in_server(self.is_remote()) {
-            return false;
-        }
-        match entry.engine.bound() {
-            Bound::Prompt => true,
-            Bound::SmallWrite => {
-                alone
-                    && args.is_some_and(|a| self.is_small_write(entry, a))
-                    && !toolyard_tools::lsp::may_wait(&self.env, entry.engine.name(), args)
+        let lanes = match (placement, &self.lanes) {
+            (Placement::InServer { inline }, _) => {
+                return self
+                    .in_process
+                    .run(entry.tool.clone(), req, call_id, (limit, spec), inline)
+                    .await;
             }
-            Bound::Open => false,
-        }
-    }
-
-    /// Whether `args` name a file of at most [`SMALL_WRITE_BYTES`] (or none yet) and carry no
-    /// longer string.
-    fn is_small_write(&self, entry: &DialectTool, args: &serde_json::Map<String, Value>) -> bool {
-        let small = |v: &Value| v.as_str().is_none_or(|s| s.len() <= SMALL_WRITE_BYTES);
-        let Some(path) = entry
-            .shape
-            .path
-            .and_then(|k| args.get(k))
-            .and_then(Value::as_str)
-        else {
-            return false;
+            (_, Some(lanes)) => lanes,
+            (_, None) => unreachable!("placed in a lane without lanes"),
         };
-        let ws = &self.env.workspace;
-        args.values().all(small)
-            && ws
-                .locate(path, ws.root())
-                .and_then(|rel| ws.metadata(&rel))
-                .is_ok_and(|m| m.is_none_or(|m| m.len() <= SMALL_WRITE_BYTES as u64))
-    }
-
-    /// Run one call on the calling thread, which must not be a worker of `runtime` (a
-    /// transport's own thread): a [prompt](Self::is_prompt) call runs right here, with no
-    /// hand-off between threads; any other waits for [`Self::call`] on the runtime.
-    pub fn call_here(&self, runtime: &tokio::runtime::Handle, req: CallRequest) -> ToolResult {
-        if !self.is_prompt(&req.tool, req.args.as_object(), true) {
-            return runtime.block_on(self.call(req));
-        }
-        let (session, tool, call_args) = (req.session.clone(), req.tool.clone(), req.args.clone());
-        let mut result = match self.admit(&req) {
-            Ok((entry, limit)) => {
-                let call_id = self.next_call_id();
-                let spec = self.spec(entry);
-                let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
-                let bound = backstop(&ctx, limit);
-                let after = toolyard_tools::lsp::path_args(&args);
-                let run = async { entry.tool.invoke_checked(args, &ctx).await.into() };
-                let mut result =
-                    on_blocking_thread(|| runtime.block_on(settle(run, &ctx.cancel, bound)));
-                // A read opens its file with its server in the background; nothing here waits.
-                toolyard_tools::lsp::after_call(
-                    &self.env,
-                    entry.engine.name(),
-                    &ctx.session_id,
-                    &after,
-                    &mut result,
-                );
-                result
+        let job = Job::for_call(
+            req.session,
+            call_id,
+            (self.config.dialect.as_str(), &req.tool),
+            req.args,
+        )
+        .within(limit, spec.max_timeout_ms, spec.max_output_bytes);
+        match placement {
+            Placement::Lane(lane) => {
+                let mutating = !entry.tool.annotations().read_only;
+                lanes
+                    .run(lane, job, req.cancel, req.progress, mutating)
+                    .await
             }
-            Err(e) => e.into(),
-        };
-        self.repeats.note(&session, &tool, &call_args, &mut result);
-        result
+            _ => lanes.every(job, req.cancel).await,
+        }
     }
 
     /// A fresh call id: this process's id and a counter.
@@ -538,30 +374,19 @@ impl Dispatcher {
         format!("{}-{n}", std::process::id())
     }
 
-    /// The layers before a call runs, in the order it meets them: the tool, its setup, its
-    /// arguments, its time limit, the command policy.
-    fn admit(&self, req: &CallRequest) -> Result<(&DialectTool, Duration), ToolError> {
-        let entry = layers::resolve(&self.tools, &req.tool)?;
-        layers::configured(entry, &req.tool)?;
-        layers::validate(entry, &req.args)?;
-        let limit = layers::time_limit(entry, &self.spec(entry), &req.args)?;
-        layers::command_policy(&self.policy, entry, &req.args)?;
-        Ok((entry, limit))
-    }
-
     /// The server is stopping: remote links release what they placed (a session's pods).
     pub async fn shutdown(&self) {
-        if let Some(m) = &self.env.lsp {
+        if let Some(m) = &self.env().lsp {
             m.shutdown();
         }
-        if let Some(router) = &self.router {
+        if let Some(router) = self.router() {
             router.shutdown().await;
         }
     }
 
     /// Kill the background processes of `session` (its client disconnected), in every lane.
     pub async fn end_session(&self, session: &str) {
-        match &self.router {
+        match self.router() {
             Some(router) => router.end_session(session).await,
             None => {
                 toolyard_tools::process::end_session(session);
@@ -572,23 +397,20 @@ impl Dispatcher {
     /// How many background processes `session` holds in every lane (running, or ended with
     /// output unread), its persistent shell included.
     pub async fn session_processes(&self, session: &str) -> usize {
-        let Some(router) = &self.router else {
+        let Some(router) = self.router() else {
             return toolyard_tools::process::session_process_count(session);
         };
         let mut n = 0;
         for lane in router.live_lanes_for(session).await {
             // The engine's own process_list: every runner serves it, whatever this dialect names.
-            let job = Job {
-                id: String::new(),
-                session: session.to_string(),
-                call_id: format!("{}-count", std::process::id()),
-                dialect: Dialect::Loopr.to_string(),
-                tool: Engine::ProcessList.name().into(),
-                args: serde_json::json!({}),
-                timeout_ms: 10_000,
-                max_timeout_ms: 10_000,
-                max_output_bytes: toolyard_core::DEFAULT_MAX_OUTPUT_BYTES,
-            };
+            let call_id = format!("{}-count", std::process::id());
+            let tool = Engine::ProcessList.name();
+            let job = Job::for_call(session, call_id, (Dialect::Loopr.as_str(), tool), json!({}))
+                .within(
+                    std::time::Duration::from_secs(10),
+                    10_000,
+                    toolyard_core::DEFAULT_MAX_OUTPUT_BYTES,
+                );
             let r = router
                 .submit(lane, job, CancellationToken::new(), Arc::new(|_| {}))
                 .await;
@@ -601,184 +423,13 @@ impl Dispatcher {
         }
         n
     }
-
-    /// The lane a process tool's call goes to: the one its process id names (the argument
-    /// its shape declares: claude-code's bash_id, shell_id; codex's session_id).
-    fn process_lane(&self, entry: &DialectTool, req: &CallRequest) -> Result<Lane, ToolError> {
-        let id = entry.shape.process_id_of(&req.args);
-        let unknown = || {
-            ToolError::NotFound(format!(
-                "no process `{id}` in this session: process ids look like `net-3`, as run_command returned them in data.process_id; see process_list"
-            ))
-        };
-        let lane: Lane = toolyard_tools::process::lane_of(id)
-            .and_then(|l| l.parse().ok())
-            .ok_or_else(unknown)?;
-        if let Some(router) = &self.router
-            && router.is_lost(&req.session, id)
-        {
-            return Err(ToolError::Unavailable(format!(
-                "process `{id}` is lost: the {lane} runner that held it stopped, and every process it ran was killed; start the command again"
-            )));
-        }
-        Ok(lane)
-    }
-
-    /// `process_list` in every lane whose runner runs, merged.
-    async fn list_everywhere(
-        &self,
-        router: &Router,
-        entry: &DialectTool,
-        req: CallRequest,
-        call_id: String,
-        limit: Duration,
-    ) -> ToolResult {
-        let spec = self.spec(entry);
-        let mut rows: Vec<Value> = Vec::new();
-        let mut text = String::new();
-        for lane in router.live_lanes_for(&req.session).await {
-            let job = Job {
-                id: String::new(),
-                session: req.session.clone(),
-                call_id: call_id.clone(),
-                dialect: self.config.dialect.to_string(),
-                tool: req.tool.clone(),
-                args: req.args.clone(),
-                timeout_ms: millis(limit),
-                max_timeout_ms: spec.max_timeout_ms,
-                max_output_bytes: spec.max_output_bytes,
-            };
-            let r = router
-                .submit(lane, job, req.cancel.clone(), Arc::new(|_| {}))
-                .await;
-            if let Some(Value::Array(a)) = r.data.as_ref().and_then(|d| d.get("processes")) {
-                rows.extend(a.iter().cloned());
-                if !a.is_empty() {
-                    text.push_str(&r.output);
-                }
-            }
-        }
-        if rows.is_empty() {
-            text = "no processes in this session\n".into();
-        }
-        ToolResult::ok(text).with_data(serde_json::json!({ "processes": rows }))
-    }
-
-    /// Run one admitted call (checked arguments, decided `limit`) in its lane's runner, or
-    /// in this process.
-    async fn execute(
-        &self,
-        entry: &DialectTool,
-        req: CallRequest,
-        call_id: String,
-        limit: Duration,
-    ) -> ToolResult {
-        let mut spec = self.spec(entry);
-        if let Some(router) = &self.router {
-            match entry.engine.site() {
-                Site::EveryLane => {
-                    return self
-                        .list_everywhere(router, entry, req, call_id, limit)
-                        .await;
-                }
-                Site::ByProcessId => match self.process_lane(entry, &req) {
-                    Ok(lane) => spec.lane = lane,
-                    Err(e) => return e.into(),
-                },
-                Site::Server | Site::Files | Site::Lane => {}
-            }
-        }
-        let remote = self.is_remote();
-        if let (Some(router), false) = (&self.router, entry.engine.runs_in_server(remote)) {
-            let job = Job {
-                id: String::new(),
-                session: req.session,
-                call_id,
-                dialect: self.config.dialect.to_string(),
-                tool: req.tool,
-                args: req.args,
-                timeout_ms: millis(limit),
-                max_timeout_ms: spec.max_timeout_ms,
-                max_output_bytes: spec.max_output_bytes,
-            };
-            let progress = req.progress.unwrap_or_else(|| Arc::new(|_| {}));
-            let mutating = !entry.tool.annotations().read_only;
-            return router
-                .submit_with(spec.lane, job, req.cancel, progress, mutating)
-                .await;
-        }
-        let (args, ctx) = local_call(req, &spec, call_id, limit, &self.env);
-        let bound = backstop(&ctx, limit);
-        let tool = entry.tool.clone();
-        // File I/O, hashing and SQLite block: run the call on a thread that may block, so no
-        // async thread (a ping, another session's call) ever waits behind it.
-        let cancel = ctx.cancel.clone();
-        let handle = tokio::runtime::Handle::current();
-        let work = if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
-            // This worker hands its other tasks over and runs the call itself: one thread
-            // hand-off fewer than the blocking pool.
-            tokio::spawn(async move {
-                tokio::task::block_in_place(|| {
-                    on_blocking_thread(|| handle.block_on(tool.invoke_checked(args, &ctx)))
-                })
-            })
-        } else {
-            tokio::task::spawn_blocking(move || {
-                on_blocking_thread(|| handle.block_on(tool.invoke_checked(args, &ctx)))
-            })
-        };
-        let joined = async {
-            match work.await {
-                Ok(r) => r.into(),
-                Err(e) => ToolError::Io(format!("the call failed: {e}")).into(),
-            }
-        };
-        settle(joined, &cancel, bound).await
-    }
 }
 
-/// The arguments and context of a call that runs in this process.
-fn local_call(
-    req: CallRequest,
-    spec: &ToolSpec,
-    call_id: String,
-    limit: Duration,
-    env: &ToolEnv,
-) -> (Value, ToolContext) {
-    let ctx = ToolContext {
-        workspace_root: env.workspace.root().to_path_buf(),
-        cwd: env.workspace.root().to_path_buf(),
-        session_id: req.session,
-        call_id,
-        cancel: req.cancel,
-        progress: req.progress.unwrap_or_else(|| Arc::new(|_| {})),
-        timeout: limit,
-        max_timeout: Duration::from_millis(spec.max_timeout_ms),
-        max_output_bytes: spec.max_output_bytes as usize,
-    };
-    (req.args, ctx)
-}
+/// Counts a call out of [`Dispatcher::in_flight`] when it ends, however it ends.
+struct InFlight<'a>(&'a AtomicUsize);
 
-/// How long an in-process call may take before it is abandoned: tools stop within `limit`
-/// themselves; this, past the longest wait a call may ask for, only catches one that hangs.
-fn backstop(ctx: &ToolContext, limit: Duration) -> Duration {
-    ctx.max_timeout.max(limit) + Duration::from_secs(5)
-}
-
-/// `work`'s result, unless `cancel` fires or `bound` passes first.
-async fn settle(
-    work: impl std::future::Future<Output = ToolResult>,
-    cancel: &CancellationToken,
-    bound: Duration,
-) -> ToolResult {
-    tokio::select! {
-        r = work => r,
-        _ = cancel.cancelled() => ToolError::Cancelled.into(),
-        _ = tokio::time::sleep(bound) => ToolError::Timeout { ms: millis(bound) }.into(),
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
-}
-
-/// `d` in whole milliseconds, for the job protocol.
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

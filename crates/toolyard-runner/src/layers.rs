@@ -1,7 +1,7 @@
 //! The layers a call meets before it runs, in order, for every front door (MCP, the CLI,
 //! Rust) and both execution paths (in the server, in a lane's runner). Each refuses with an
-//! error the model can act on; [`crate::Dispatcher::call`] applies them, then the hooks
-//! ([`crate::Hooks::around`]) around the execution.
+//! error the model can act on; [`admit`] applies them, for [`crate::Dispatcher::call`], before
+//! it places the call and executes it (with the hooks, [`crate::Hooks::around`], around both).
 //!
 //! 1. [`resolve`]: the tool by its name in the dialect; an unknown name is an error listing
 //!    the served names, never a fallback to a command tool.
@@ -23,6 +23,30 @@ use serde_json::Value;
 use toolyard_core::{TIMEOUT_ARG, ToolError, ToolSpec};
 use toolyard_exec::policy::CommandPolicy;
 use toolyard_tools::DialectTool;
+
+/// A call the layers let through: its tool, its catalog entry and its one time limit.
+pub(crate) struct Admitted<'a> {
+    pub(crate) entry: &'a DialectTool,
+    pub(crate) spec: &'a ToolSpec,
+    pub(crate) limit: Duration,
+}
+
+/// The layers before a call runs, in the order it meets them: the tool, its setup, its
+/// arguments, its time limit, the command policy. `spec` is each served tool's catalog entry.
+pub(crate) fn admit<'a>(
+    tools: &'a BTreeMap<String, DialectTool>,
+    policy: &CommandPolicy,
+    spec: impl Fn(&'a DialectTool) -> &'a ToolSpec,
+    req: &crate::request::CallRequest,
+) -> Result<Admitted<'a>, ToolError> {
+    let entry = resolve(tools, &req.tool)?;
+    configured(entry, &req.tool)?;
+    validate(entry, &req.args)?;
+    let spec = spec(entry);
+    let limit = time_limit(entry, spec, &req.args)?;
+    command_policy(policy, entry, &req.args)?;
+    Ok(Admitted { entry, spec, limit })
+}
 
 /// The served tool called `name`, or the error naming every served tool.
 pub(crate) fn resolve<'a>(

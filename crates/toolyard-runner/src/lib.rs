@@ -1,30 +1,38 @@
 //! # toolyard-runner
 //!
-//! The layers every call passes through, whatever door it came in by (MCP, CLI, Rust):
-//! the [`Dispatcher`] applies them in order (the tool, its setup, argument validation, the time
-//! limit, the command policy: see `layers.rs`), then the hooks around the execution, which the
-//! router sends to the runner of the call's catalog lane, or runs in process.
+//! The one path of every call, whatever door it came in by (MCP, CLI, the session host, Rust):
+//! [`Dispatcher::call`] admits it (the tool, its setup, argument validation, the time limit,
+//! the command policy: see `layers.rs`), places it once ([`Placement`]: in this process, inline
+//! or on a task of its own, a lane's runner, every lane) and executes it there, with the hooks
+//! around placing and executing when any are configured.
 
+mod build;
 mod check;
 mod dispatcher;
+mod execute;
 pub mod hooks;
 mod internal;
 mod lane_exec;
 mod layers;
 pub mod link;
 mod lsp;
+mod place;
 pub mod process;
 pub mod protocol;
 mod remote;
 pub mod remote_kube;
 mod repeats;
+mod request;
 pub mod router;
 
+pub use build::DispatcherBuilder;
 pub use check::check_catalog;
-pub use dispatcher::{CallRequest, Dispatcher, DispatcherConfig, Mode};
+pub use dispatcher::{Dispatcher, DispatcherConfig, Mode};
 pub use hooks::{HookCall, Hooks, HooksConfig};
 pub use lane_exec::{LaneExecArgs, lane_exec};
 pub use link::{CommandLink, LinkIo, RemoteConfig, RunnerLink, RunnerSpawn};
+pub use place::Placement;
 pub use process::{RunnerArgs, runner_main};
 pub use remote::Export;
+pub use request::CallRequest;
 pub use router::Router;

@@ -144,6 +144,43 @@ pub struct Job {
     pub max_output_bytes: u64,
 }
 
+impl Job {
+    /// A job for one call of `tool` (named in `dialect`) in `session`, with the default
+    /// output limit and no time yet ([`Job::within`] sets it); the router gives it its `id`.
+    pub fn for_call(
+        session: impl Into<String>,
+        call_id: String,
+        (dialect, tool): (&str, &str),
+        args: Value,
+    ) -> Self {
+        Job {
+            id: String::new(),
+            session: session.into(),
+            call_id,
+            dialect: dialect.to_string(),
+            tool: tool.to_string(),
+            args,
+            timeout_ms: 0,
+            max_timeout_ms: 0,
+            max_output_bytes: toolyard_core::DEFAULT_MAX_OUTPUT_BYTES,
+        }
+    }
+
+    /// This job with its time limit `timeout`, its ceiling `max_timeout_ms` and its output
+    /// limit `max_output_bytes`.
+    pub fn within(
+        mut self,
+        timeout: std::time::Duration,
+        max_timeout_ms: u64,
+        max_output_bytes: u64,
+    ) -> Self {
+        self.timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.max_timeout_ms = max_timeout_ms;
+        self.max_output_bytes = max_output_bytes;
+        self
+    }
+}
+
 /// A message from a runner.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

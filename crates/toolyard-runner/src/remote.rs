@@ -24,18 +24,12 @@ const FILE_JOB: Duration = Duration::from_secs(60);
 
 /// An internal job for `session`.
 pub(crate) fn job(session: &str, tool: &str, args: Value, limit: Duration) -> Job {
-    let ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
-    Job {
-        id: String::new(),
-        session: session.to_string(),
-        call_id: format!("{}-{tool}", std::process::id()),
-        dialect: INTERNAL_DIALECT.to_string(),
-        tool: tool.to_string(),
-        args,
-        timeout_ms: ms,
-        max_timeout_ms: ms,
-        max_output_bytes: toolyard_core::DEFAULT_MAX_OUTPUT_BYTES,
-    }
+    let call_id = format!("{}-{tool}", std::process::id());
+    Job::for_call(session, call_id, (INTERNAL_DIALECT, tool), args).within(
+        limit,
+        crate::execute::millis(limit),
+        toolyard_core::DEFAULT_MAX_OUTPUT_BYTES,
+    )
 }
 
 /// An internal job's answer: its data, or the error it carries.

@@ -1,7 +1,7 @@
 //! The session host: what keeps a CLI session's background processes and shell alive between
 //! `toolyard call`s.
 //!
-//! A call that starts or reaches a process ([`outlives_call`]) is handed to the host of its
+//! A call that starts or reaches a process ([`Dispatcher::outlives_call`]) is handed to the host of its
 //! workspace, state directory, catalog, dialect, profile and mode (one host per such key), which
 //! holds one [`Dispatcher`] and runs the call under the `--session` given; every other call runs
 //! in the calling process as before. The first such call starts the host detached (`toolyard
@@ -98,15 +98,6 @@ struct Record {
     sessions: BTreeMap<String, Vec<String>>,
     /// Each session's ids lost with an earlier host of this key that was killed.
     lost: BTreeMap<String, Vec<String>>,
-}
-
-/// Whether a call must run in the session host: it starts a process that may outlive the call
-/// (a background or yielding command, the persistent shell), reaches one by id, or runs a tool
-/// that keeps the session's state between calls (Claude Code's `Bash` keeps its working
-/// directory). The dispatcher answers from its engine table and the tool's argument shape
-/// ([`Dispatcher::outlives_call`]), so every dialect's form is covered.
-pub fn outlives_call(d: &Dispatcher, tool: &str, args: &Value) -> bool {
-    d.outlives_call(tool, args)
 }
 
 /// The host key: every setting that makes one dispatcher differ from another.

@@ -590,6 +590,15 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// A multi-thread runtime of `workers` workers (its blocking threads apart).
+pub(crate) fn runtime_with_workers(workers: usize) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
 /// The catalog, every section checked: a mistake anywhere stops every subcommand at once.
 pub(crate) fn load_catalog(path: Option<&Path>) -> Result<Catalog> {
     let catalog = match path {
@@ -655,7 +664,9 @@ async fn call(args: CallArgs) -> Result<ExitCode> {
         && dispatcher
             .spec_of(&args.tool)
             .is_some_and(|s| s.lane != toolyard_core::Lane::NoNet);
-    let result = if host::outlives_call(&dispatcher, &args.tool, &json) {
+    // The dispatcher answers from its engine table and the tool's argument shape, so every
+    // dialect's form is covered.
+    let result = if dispatcher.outlives_call(&args.tool, &json) {
         host::call(&args.common, &dispatcher, args.session, args.tool, json).await?
     } else if net_lane
         && let Some(result) =
