@@ -212,9 +212,8 @@ fn router(
             router: Arc::downgrade(&router),
             lane,
         }));
-        let _ = router
-            .recovery
-            .set(Arc::new(crate::remote::Recovery::new(local.clone())));
+        let recovery = crate::remote::Recovery::new(local.clone());
+        let _ = router.recovery.set(Arc::new(recovery));
     }
     Some(router)
 }

@@ -106,7 +106,7 @@ fn part_bytes() -> usize {
 /// `read_state {path, max}`: the bytes and mode, or absent (as a journal pre-image); a file
 /// over `max` bytes answers its size instead of its bytes, to read with `read_part`.
 fn read_state(ws: &Workspace, a: StateArgs) -> Result<Value, ToolError> {
-    let pre = crate::process::pre_image_state(ws, &rel(ws, &a.path)?, a.max.min(PART_BYTES))?;
+    let pre = crate::pre_image::pre_image_state(ws, &rel(ws, &a.path)?, a.max.min(PART_BYTES))?;
     serde_json::to_value(pre).map_err(ToolError::from)
 }
 

@@ -17,6 +17,7 @@ mod layers;
 pub mod link;
 mod lsp;
 mod place;
+mod pre_image;
 pub mod process;
 pub mod protocol;
 mod remote;
@@ -24,6 +25,7 @@ pub mod remote_kube;
 mod repeats;
 mod request;
 pub mod router;
+mod template;
 
 pub use build::DispatcherBuilder;
 pub use check::check_catalog;

@@ -23,6 +23,8 @@ use toolyard_egress::{Gate, NetworkConfig, Policy};
 use toolyard_exec::sandbox::egress::SOCKET_ENV;
 
 use crate::protocol::DEFAULT_HEARTBEAT_MS;
+use crate::remote_kube::KubernetesConfig;
+pub use crate::template::CommandTemplate;
 
 /// The two ends of a fresh link to a runner, and what to kill to end it.
 pub struct LinkIo {
@@ -170,38 +172,7 @@ pub struct RemoteConfig {
     /// The heartbeat period in milliseconds (default 5000).
     pub heartbeat_ms: Option<HeartbeatMs>,
     /// `[remote.kubernetes]`: a pod per session (the link is in crate `toolyard-remote`).
-    pub kubernetes: Option<crate::remote_kube::KubernetesConfig>,
-}
-
-/// A `[remote] command`: a non-empty argv whose placeholders are `{lane}` and `{session}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandTemplate(pub Vec<String>);
-
-impl<'de> Deserialize<'de> for CommandTemplate {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let argv = Vec::<Arg>::deserialize(d)?;
-        if argv.first().is_none_or(|p| p.0.trim().is_empty()) {
-            return Err(D::Error::custom(
-                "`command` needs at least the program to run, e.g. [\"podman\", \"exec\", \"-i\", \"box1\", \"toolyard\", \"runner\", \"--lane\", \"{lane}\", \"--workspace\", \"/workspace\"]",
-            ));
-        }
-        Ok(Self(argv.into_iter().map(|a| a.0).collect()))
-    }
-}
-
-/// One argument of the template, checked on its own.
-struct Arg(String);
-
-impl<'de> Deserialize<'de> for Arg {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let arg = String::deserialize(d)?;
-        if let Some(bad) = unknown_placeholder(&arg) {
-            return Err(D::Error::custom(format!(
-                "unknown placeholder `{{{bad}}}` in `{arg}`: only {{lane}} and {{session}} expand"
-            )));
-        }
-        Ok(Self(arg))
-    }
+    pub kubernetes: Option<KubernetesConfig>,
 }
 
 /// A heartbeat period in milliseconds, between 50 ms and 10 minutes.
@@ -218,22 +189,6 @@ impl<'de> Deserialize<'de> for HeartbeatMs {
         }
         Ok(Self(ms))
     }
-}
-
-/// The first `{name}` in `arg` whose name is a word other than `lane` and `session`.
-fn unknown_placeholder(arg: &str) -> Option<&str> {
-    let mut rest = arg;
-    while let Some(open) = rest.find('{') {
-        let after = &rest[open + 1..];
-        let close = after.find('}')?;
-        let name = &after[..close];
-        let word = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if word && name != "lane" && name != "session" {
-            return Some(name);
-        }
-        rest = &after[close + 1..];
-    }
-    None
 }
 
 /// A command link: runs the catalog's argv template, with nothing added, for each runner.

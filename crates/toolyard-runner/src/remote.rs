@@ -235,6 +235,13 @@ pub(crate) struct Recovery {
     adopted: Mutex<Option<Vec<Change>>>,
 }
 
+#[async_trait::async_trait]
+impl crate::router::Settle for Recovery {
+    async fn settle(&self, router: &Router, conn: &RunnerConn, key: &Key) {
+        self.settle_pending(router, conn, key).await;
+    }
+}
+
 impl Recovery {
     pub(crate) fn new(records: Arc<LocalRecords>) -> Self {
         Self {
@@ -245,7 +252,7 @@ impl Recovery {
 
     /// Settle, through the fresh runner `conn` of `key`, every pending entry of its sessions.
     /// A failure leaves them pending for the next start, and never fails the call.
-    pub(crate) async fn settle(&self, router: &Router, conn: &RunnerConn, key: &Key) {
+    async fn settle_pending(&self, router: &Router, conn: &RunnerConn, key: &Key) {
         let journal = &self.records.journal;
         let mine = |c: &Change| key.0.is_none() || key.0 == Some(session_token(&c.session));
         let mut todo: Vec<Change> = Vec::new();

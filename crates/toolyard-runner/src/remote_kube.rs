@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
-use crate::link::CommandTemplate;
+use crate::template::CommandTemplate;
 
 /// The default readiness timeout, in seconds.
 pub const DEFAULT_READY_TIMEOUT_S: u64 = 120;

@@ -113,7 +113,15 @@ pub struct Router {
     /// Journal entries a dead link left pending, per session token.
     pub(crate) orphans: Orphans,
     /// Settles pending journal entries when a remote runner starts (set by the dispatcher).
-    pub(crate) recovery: std::sync::OnceLock<Arc<crate::remote::Recovery>>,
+    pub(crate) recovery: std::sync::OnceLock<Arc<dyn Settle>>,
+}
+
+/// What settles the pending journal entries of a remote runner's sessions through its fresh
+/// connection (the remote workspace's recovery).
+#[async_trait::async_trait]
+pub(crate) trait Settle: Send + Sync {
+    /// Settle, through the fresh runner `conn` of `key`, every pending entry of its sessions.
+    async fn settle(&self, router: &Router, conn: &RunnerConn, key: &Key);
 }
 
 impl Router {
