@@ -114,14 +114,9 @@ impl Shared {
             .map(|d| (d.name.clone(), Structured::of(d)))
             .collect();
         let tools = defs.iter().filter_map(mcp_tool).collect();
-        let idle = dispatcher
-            .config()
-            .catalog
-            .section::<toolyard_exec::background::ProcessesConfig>("processes")
-            .unwrap_or_default()
-            .idle_timeout_s;
+        let idle = dispatcher.sections().idle_timeout();
         Self {
-            cookies: idle::CookieSessions::new(std::time::Duration::from_secs(idle)),
+            cookies: idle::CookieSessions::new(idle),
             dispatcher,
             tools: Arc::new(tools),
             forms,

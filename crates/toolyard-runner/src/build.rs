@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use toolyard_core::{Catalog, Engine, Lane, ToolError, ToolSpec};
-use toolyard_exec::policy::{CommandPolicy, PolicyConfig};
+use toolyard_exec::policy::CommandPolicy;
 use toolyard_tools::{DialectTool, ToolEnv};
 
+use crate::config::Config;
 use crate::dispatcher::{Dispatcher, DispatcherConfig, Mode, Parts};
 use crate::execute::{InProcess, Lanes};
 use crate::hooks::Hooks;
@@ -59,12 +60,12 @@ impl DispatcherBuilder {
         let config = self.config;
         // Every section now, so a mistake fails the start, not the first call that reads it.
         crate::check_catalog(&config.catalog).map_err(invalid)?;
-        let remote = remote_link(&config, self.link)?;
-        let env = Arc::new(open_env(&config, remote.as_deref())?);
+        let sections = Config::of(&config.catalog).map_err(invalid)?;
+        let remote = remote_link(&config, &sections.remote, self.link)?;
+        let env = Arc::new(open_env(&config, &sections, remote.as_deref())?);
         let tools = served_tools(&config, &env)?;
         let specs = specs_of(&config.catalog, &tools)?;
-        let policy_config: PolicyConfig = config.catalog.section("policy").map_err(invalid)?;
-        let policy = CommandPolicy::new(&policy_config)
+        let policy = CommandPolicy::new(&sections.policy)
             .map_err(|e| ToolError::InvalidArguments(format!("catalog [policy]: {e}")))?;
         let hooks = Hooks::from_catalog(&config.catalog, env.workspace.root())?;
         let lanes = router(&config, &env, remote).map(|router| Lanes { router });
@@ -76,6 +77,7 @@ impl DispatcherBuilder {
             config,
             lanes,
             hooks: (!hooks.is_empty()).then_some(hooks),
+            sections,
         }))
     }
 }
@@ -88,9 +90,9 @@ fn invalid(e: impl std::fmt::Display) -> ToolError {
 /// `[remote]` command.
 fn remote_link(
     config: &DispatcherConfig,
+    remote: &RemoteConfig,
     link: Option<Arc<dyn RunnerLink>>,
 ) -> Result<Option<Arc<dyn RunnerLink>>, ToolError> {
-    let remote: RemoteConfig = config.catalog.section("remote").map_err(invalid)?;
     if remote.kubernetes.is_some() && link.is_none() {
         return Err(ToolError::InvalidArguments(
             "the catalog's [remote.kubernetes] needs a toolyard built with the Kubernetes link: `cargo build -p toolyard --features kube`; or reach the pods with [remote] command = [\"kubectl\", \"exec\", \"-i\", ...]".into(),
@@ -98,7 +100,7 @@ fn remote_link(
     }
     let remote: Option<Arc<dyn RunnerLink>> = match link {
         Some(link) => Some(link),
-        None => CommandLink::from_config(&remote).map(|c| Arc::new(c) as Arc<dyn RunnerLink>),
+        None => CommandLink::from_config(remote).map(|c| Arc::new(c) as Arc<dyn RunnerLink>),
     };
     if remote.is_some() && config.mode == Mode::Inline {
         return Err(ToolError::InvalidArguments(
@@ -112,6 +114,7 @@ fn remote_link(
 /// records, and the language servers of a local workspace.
 fn open_env(
     config: &DispatcherConfig,
+    sections: &Config,
     remote: Option<&dyn RunnerLink>,
 ) -> Result<ToolEnv, ToolError> {
     type Open =
@@ -128,7 +131,11 @@ fn open_env(
         config.state_dir.as_deref(),
     )?;
     if !is_remote {
-        env.lsp = Some(crate::lsp::manager(config, env.workspace.root())?);
+        env.lsp = Some(crate::lsp::manager(
+            config,
+            &sections.lsp,
+            env.workspace.root(),
+        ));
     }
     Ok(env)
 }

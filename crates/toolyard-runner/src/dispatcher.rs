@@ -91,6 +91,8 @@ pub struct Dispatcher {
     lanes: Option<Lanes>,
     /// The hooks layer, present only when the catalog configures hooks.
     hooks: Option<Hooks>,
+    /// The catalog's sections, parsed once.
+    sections: crate::config::Config,
     calls: AtomicU64,
     /// Calls running now (a small write runs inline only when it is the only one).
     in_flight: AtomicUsize,
@@ -107,6 +109,7 @@ pub(crate) struct Parts {
     pub(crate) config: DispatcherConfig,
     pub(crate) lanes: Option<Lanes>,
     pub(crate) hooks: Option<Hooks>,
+    pub(crate) sections: crate::config::Config,
 }
 
 impl Dispatcher {
@@ -119,6 +122,7 @@ impl Dispatcher {
             config: p.config,
             lanes: p.lanes,
             hooks: p.hooks,
+            sections: p.sections,
             calls: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             repeats: Default::default(),
@@ -163,6 +167,11 @@ impl Dispatcher {
     /// The shared tool environment.
     pub fn env(&self) -> &Arc<ToolEnv> {
         &self.in_process.env
+    }
+
+    /// The catalog's sections, parsed once when this dispatcher was built.
+    pub fn sections(&self) -> &crate::config::Config {
+        &self.sections
     }
 
     /// The configuration this dispatcher was built with.

@@ -8,6 +8,7 @@
 
 mod build;
 mod check;
+mod config;
 mod dispatcher;
 mod execute;
 pub mod hooks;
@@ -29,6 +30,7 @@ mod template;
 
 pub use build::DispatcherBuilder;
 pub use check::check_catalog;
+pub use config::Config;
 pub use dispatcher::{Dispatcher, DispatcherConfig, Mode};
 pub use hooks::{HookCall, Hooks, HooksConfig};
 pub use lane_exec::{LaneExecArgs, lane_exec};

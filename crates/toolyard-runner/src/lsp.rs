@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
-use toolyard_core::{ToolError, ToolResult};
+use toolyard_core::ToolResult;
 use toolyard_lsp::{Launcher, LspConfig, Manager};
 use toolyard_tools::ToolEnv;
 
@@ -13,11 +13,7 @@ use crate::{DispatcherConfig, Mode};
 
 /// The language-server manager of a dispatcher: sandboxed like the no-net lane (with the heavy
 /// lane's limits) when calls run in lanes, plain children when they run inline.
-pub(crate) fn manager(config: &DispatcherConfig, root: &Path) -> Result<Arc<Manager>, ToolError> {
-    let lsp: LspConfig = config
-        .catalog
-        .section("lsp")
-        .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+pub(crate) fn manager(config: &DispatcherConfig, lsp: &LspConfig, root: &Path) -> Arc<Manager> {
     let launcher = match &config.mode {
         Mode::Inline => Launcher::Direct,
         Mode::Lanes { exe } => Launcher::Sandboxed {
@@ -27,7 +23,7 @@ pub(crate) fn manager(config: &DispatcherConfig, root: &Path) -> Result<Arc<Mana
             state_dir: config.state_dir.clone(),
         },
     };
-    Ok(Manager::new(root, lsp, launcher))
+    Manager::new(root, lsp.clone(), launcher)
 }
 
 /// `result` with what its call did to the problems of the files it changed (see
