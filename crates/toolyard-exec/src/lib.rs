@@ -22,8 +22,10 @@
 pub mod background;
 pub mod env;
 pub mod exec;
+mod fd;
 pub mod protect;
 pub mod sandbox;
+mod spawn;
 mod tree;
 
 pub use env::{EnvPolicy, ExecConfig, Terminal, hide_secrets_from_proc};
