@@ -313,7 +313,7 @@ impl ExecOutcome {
 }
 
 /// A command handed back still running by [`run_or_answer`]: what it printed so far, and the
-/// live process, for [`crate::background::ProcessTable::adopt`].
+/// live process, for a background process table to adopt (`ProcessTable::adopt`).
 pub struct Running {
     /// The output so far, shaped like a finished command's (no exit status yet).
     pub so_far: ExecOutcome,
@@ -732,10 +732,10 @@ fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, Tool
         .kill_on_drop(false);
     let prepared = tree::prepare(&mut cmd, mechanism)
         .map_err(|e| ToolError::Io(format!("preparing the command's cgroup: {e}")))?;
-    let layer = crate::sandbox::command_layer_fd();
+    let layer = crate::domain::command_layer_fd();
     // SAFETY: the hook makes raw syscalls only.
     unsafe {
-        cmd.pre_exec(move || crate::sandbox::enter_command_domain(layer));
+        cmd.pre_exec(move || crate::domain::enter_command_domain(layer));
     }
     let spawned = cmd.spawn();
     // Our copies of the write ends: the readers see the end of the output once the tree is gone.

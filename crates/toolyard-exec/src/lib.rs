@@ -20,6 +20,7 @@
 //! see [`sandbox::apply`].
 
 pub mod background;
+mod domain;
 pub mod env;
 pub mod exec;
 mod fd;

@@ -467,7 +467,7 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
         report: report_w.as_raw_fd(),
         id_maps: id_maps.as_ref(),
         stack_top,
-        layer: crate::sandbox::command_layer_fd(),
+        layer: crate::domain::command_layer_fd(),
         controlling_tty: cmd.stdio.is_some_and(|s| s.controlling_tty),
         die_with_parent: cmd.die_with_parent,
         term_request: term_request(),
@@ -738,7 +738,7 @@ extern "C" fn exec_command(arg: *mut libc::c_void) -> libc::c_int {
             libc::_exit(126);
         }
         // The init stays in the runner's domain; only the command is shut out of it.
-        if crate::sandbox::enter_command_domain(ctx.layer).is_err() {
+        if crate::domain::enter_command_domain(ctx.layer).is_err() {
             const MSG: &[u8] = b"toolyard: the command could not enter its sandbox domain\n";
             libc::write(2, MSG.as_ptr().cast(), MSG.len());
             libc::_exit(126);

@@ -5,8 +5,8 @@
 //! makes a network namespace with only a loopback (a forked child unshares it, brings `lo` up,
 //! binds `127.0.0.1:<port>` there and hands both descriptors back), and forwards every
 //! connection to that port to the gate's socket: a pathname socket, reachable from any
-//! network namespace. Each command enters the namespace before it execs
-//! ([`enter_command_net`]); the runner itself stays in the host's (`web_fetch` has its own
+//! network namespace. Each command enters the namespace before it execs (the command domain's
+//! `enter_command_net`); the runner itself stays in the host's (`web_fetch` has its own
 //! guard). Commands get `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` (socks5h: names resolved by
 //! the gate) and what npm, pip and yarn read ([`command_env`]).
 //!
@@ -29,6 +29,7 @@ use seccompiler::{
 use toolyard_core::Lane;
 
 use super::{FeatureStatus, SandboxReport, net};
+use crate::domain;
 
 mod ports;
 
@@ -45,12 +46,6 @@ pub struct Egress {
 }
 
 static EGRESS: OnceLock<Egress> = OnceLock::new();
-/// The commands' network namespace.
-static NETNS: OnceLock<OwnedFd> = OnceLock::new();
-/// The fallback's Landlock ruleset (TCP connect to the forwarder's port only).
-static NET_LAYER: OnceLock<OwnedFd> = OnceLock::new();
-/// The fallback's seccomp filter (stream sockets only), as the kernel takes it.
-static NET_FILTER: OnceLock<BpfProgram> = OnceLock::new();
 /// The variables every command gets.
 static COMMAND_ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
 
@@ -91,7 +86,7 @@ pub(crate) fn isolate(lane: Lane, report: &mut SandboxReport) {
     };
     let (listener, namespace, how) = match attempt {
         Ok((ns, listener)) => {
-            let _ = NETNS.set(ns);
+            domain::set_netns(ns);
             (
                 listener,
                 true,
@@ -103,8 +98,7 @@ pub(crate) fn isolate(lane: Lane, report: &mut SandboxReport) {
         }
         Err(ns_error) => match fallback() {
             Ok((listener, layer, filter)) => {
-                let _ = NET_LAYER.set(layer);
-                let _ = NET_FILTER.set(filter);
+                domain::set_net_fallback(layer, filter);
                 (
                     listener,
                     false,
@@ -141,7 +135,7 @@ pub(crate) fn isolate(lane: Lane, report: &mut SandboxReport) {
             return;
         }
     };
-    let netns = NETNS.get().map(|fd| fd.as_raw_fd());
+    let netns = domain::netns();
     if let Err(e) = spawn_forwarder(listener, socket, netns) {
         report.add(
             "egress-gate",
@@ -196,43 +190,6 @@ fn proxy_env(port: u16) -> Vec<(String, String)> {
         }
     }
     vars
-}
-
-/// Enter the commands' network rules: the namespace, or the fallback's Landlock and seccomp
-/// layers.
-///
-/// # Safety
-/// Async-signal-safe (raw syscalls only): call between fork and exec, before capabilities are
-/// dropped (entering a namespace needs CAP_SYS_ADMIN in the runner's user namespace).
-pub(crate) unsafe fn enter_command_net() -> io::Result<()> {
-    // SAFETY: raw syscalls on descriptors and a program prepared before the fork.
-    unsafe {
-        if let Some(ns) = NETNS.get()
-            && libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        if let Some(layer) = NET_LAYER.get()
-            && libc::syscall(libc::SYS_landlock_restrict_self, layer.as_raw_fd(), 0) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        if let Some(prog) = NET_FILTER.get() {
-            let fprog = libc::sock_fprog {
-                len: prog.len() as libc::c_ushort,
-                filter: prog.as_ptr() as *mut libc::sock_filter,
-            };
-            if libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &fprog as *const libc::sock_fprog,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A new network namespace with its loopback up, and a listener on its 127.0.0.1: made by a
