@@ -431,74 +431,79 @@ async fn forward(listener: std::net::TcpListener, socket: PathBuf) {
     }
 }
 
+/// Run `f` on a message of one data byte whose control buffer has room for `count`
+/// descriptors (SCM_RIGHTS): what both ends of a descriptor hand-over build.
+fn with_fd_message<T>(
+    count: usize,
+    f: impl FnOnce(&mut libc::msghdr) -> io::Result<T>,
+) -> io::Result<T> {
+    let size = count * std::mem::size_of::<RawFd>();
+    // SAFETY: CMSG_SPACE only computes a size.
+    let mut cbuf = vec![0u8; unsafe { libc::CMSG_SPACE(size as u32) } as usize];
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: msghdr is plain data, and all zeroes is an empty one.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = cbuf.len() as _;
+    // The message points at `iov`, `byte` and `cbuf`, all alive until `f` returns.
+    f(&mut msg)
+}
+
 /// Send `fds` over the unix socket `sock` (SCM_RIGHTS).
 fn send_fds(sock: RawFd, fds: &[RawFd]) -> io::Result<()> {
     let size = std::mem::size_of_val(fds);
-    // SAFETY: CMSG macros over a buffer sized by CMSG_SPACE; the message points at live data.
-    unsafe {
-        let mut cbuf = vec![0u8; libc::CMSG_SPACE(size as u32) as usize];
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = cbuf.len() as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(size as u32) as _;
-        std::ptr::copy_nonoverlapping(
-            fds.as_ptr(),
-            libc::CMSG_DATA(cmsg).cast::<RawFd>(),
-            fds.len(),
-        );
-        if libc::sendmsg(sock, &msg, 0) < 0 {
-            return Err(io::Error::last_os_error());
+    with_fd_message(fds.len(), |msg| {
+        // SAFETY: CMSG macros over a buffer sized by CMSG_SPACE; the message points at live data.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size as u32) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+                fds.len(),
+            );
+            if libc::sendmsg(sock, msg, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Receive up to two descriptors sent by [`send_fds`].
 fn recv_fds(sock: RawFd) -> io::Result<Vec<RawFd>> {
     const MAX: usize = 2;
-    let size = MAX * std::mem::size_of::<RawFd>();
-    // SAFETY: as in send_fds; the kernel writes at most msg_controllen bytes.
-    unsafe {
-        let mut cbuf = vec![0u8; libc::CMSG_SPACE(size as u32) as usize];
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = cbuf.len() as _;
-        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut fds = Vec::new();
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
-                    / std::mem::size_of::<RawFd>();
-                for i in 0..count.min(MAX) {
-                    fds.push(std::ptr::read_unaligned(data.add(i)));
-                }
+    with_fd_message(MAX, |msg| {
+        // SAFETY: as in send_fds; the kernel writes at most msg_controllen bytes.
+        unsafe {
+            let n = libc::recvmsg(sock, msg, libc::MSG_CMSG_CLOEXEC);
+            if n < 0 {
+                return Err(io::Error::last_os_error());
             }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            let mut fds = Vec::new();
+            let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                    let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                        / std::mem::size_of::<RawFd>();
+                    for i in 0..count.min(MAX) {
+                        fds.push(std::ptr::read_unaligned(data.add(i)));
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+            }
+            Ok(fds)
         }
-        Ok(fds)
-    }
+    })
 }
 
 /// How the net lanes reach the network here, judged from a [`super::probe`], for `doctor`.
