@@ -1321,11 +1321,32 @@ fn config_programs(root: &Path, gitdir: &Path, config: &Path) -> Vec<String> {
 /// Whether git config `key` (as `git config --list` prints it: section and name lowercased)
 /// with `value` makes git run a program or load more config.
 pub fn key_runs_program(key: &str, value: &str) -> bool {
+    git_program(key, value).is_some()
+}
+
+/// What kind of program a git config key makes git run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitProgram {
+    /// A filter driver: run on file contents by `add`, `status`, `checkout` and `commit`
+    /// alike, and not switched off by any fixed command-line option.
+    Filter,
+    /// Anything else: hooks, fsmonitor, signing, editors, pagers, credential helpers, diff
+    /// and merge drivers, aliases, remote helpers, included config.
+    Other,
+}
+
+/// The kind of program git config `key` with `value` makes git run (or the config it makes
+/// git load); `None` when it makes git run none. The one table of such keys: protected paths
+/// and the hooks' auto-commit both ask it.
+pub fn git_program(key: &str, value: &str) -> Option<GitProgram> {
     let (section, rest) = key.split_once('.').unwrap_or((key, ""));
     let section = section.to_ascii_lowercase();
     let name = rest.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
     let has_sub = rest.contains('.');
-    match section.as_str() {
+    if section == "filter" {
+        return Some(GitProgram::Filter);
+    }
+    let other = match section.as_str() {
         "core" => matches!(
             name.as_str(),
             "fsmonitor"
@@ -1340,7 +1361,7 @@ pub fn key_runs_program(key: &str, value: &str) -> bool {
         "sequence" => name == "editor",
         "credential" => name == "helper",
         "gpg" => name == "program" || name.ends_with("command"),
-        "include" | "includeif" | "filter" | "protocol" | "pager" => true,
+        "include" | "includeif" | "protocol" | "pager" => true,
         "diff" => name == "external" || (has_sub && (name == "textconv" || name == "command")),
         "merge" => has_sub && name == "driver",
         "alias" => value.trim_start().starts_with('!'),
@@ -1352,7 +1373,8 @@ pub fn key_runs_program(key: &str, value: &str) -> bool {
         "submodule" => name == "update" && value.trim_start().starts_with('!'),
         "sendemail" => name.ends_with("cmd") || name == "smtpserver",
         _ => false,
-    }
+    };
+    other.then_some(GitProgram::Other)
 }
 
 // ---------------------------------------------------------------------------------------------
