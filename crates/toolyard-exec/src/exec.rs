@@ -5,13 +5,10 @@
 //! By default stdout and stderr share one pipe, as `2>&1` would: the output reads in the order
 //! the command wrote it, as a terminal shows it, and the whole budget goes to what was printed.
 
-use std::ffi::CString;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
@@ -27,14 +24,13 @@ use toolyard_core::ToolError;
 use toolyard_core::shape::{HeadTail, Shaped};
 
 use crate::env::EnvPolicy;
+use crate::fd;
+use crate::spawn::{self, ShellCommand};
 use crate::tree::{self, Mechanism};
 
 /// How long readers may keep going after the command exited, before leftovers are killed.
 const EXIT_GRACE: Duration = Duration::from_millis(200);
-/// How long a timed-out command has between SIGTERM and SIGKILL: enough for git or a package
-/// manager to remove its lock files and for a test runner to print its summary, short next
-/// to any time limit a model sets.
-pub const TERM_GRACE: Duration = Duration::from_secs(2);
+pub use crate::spawn::TERM_GRACE;
 /// How long to drain the pipes after a kill before giving up on them.
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 /// How long to wait for a killed process to be reaped before giving up on it.
@@ -317,7 +313,7 @@ impl ExecOutcome {
 }
 
 /// A command handed back still running by [`run_or_answer`]: what it printed so far, and the
-/// live process, for [`crate::background::ProcessTable::adopt`].
+/// live process, for a background process table to adopt (`ProcessTable::adopt`).
 pub struct Running {
     /// The output so far, shaped like a finished command's (no exit status yet).
     pub so_far: ExecOutcome,
@@ -487,7 +483,8 @@ pub async fn run_or_answer(req: ExecRequest) -> Result<Ran, ToolError> {
     child.cleanup();
 
     let duration_ms = millis(started.elapsed());
-    let (exit_code, signal) = describe(status);
+    // Neither when it was never reaped.
+    let (exit_code, signal) = status.map_or((None, None), spawn::exit_of);
     let timeout_stop = timed_out.then(|| TimeoutStop {
         after_ms: millis(req.timeout),
         killed: escalated,
@@ -641,11 +638,9 @@ impl Proc {
 }
 
 fn spawn(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, ToolError> {
-    match mechanism {
-        Mechanism::PidNamespace | Mechanism::UserPidNamespace => {
-            spawn_ns(req, matches!(mechanism, Mechanism::UserPidNamespace))
-        }
-        _ => spawn_tokio(req, mechanism),
+    match spawn::user_ns(mechanism) {
+        Some(user_ns) => spawn_ns(req, user_ns),
+        None => spawn_tokio(req, mechanism),
     }
 }
 
@@ -677,28 +672,7 @@ fn readers(out: OwnedFd, err: Option<OwnedFd>) -> std::io::Result<(Reader, Optio
 }
 
 fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<Spawned, ToolError> {
-    let c = |s: &[u8], what: &str| {
-        CString::new(s)
-            .map_err(|_| ToolError::InvalidArguments(format!("{what} contains a NUL byte")))
-    };
-    let program = CString::from(c"/bin/sh");
-    let args = [
-        program.clone(),
-        CString::from(c"-c"),
-        c(req.command.as_bytes(), "the command")?,
-    ];
-    let env = req
-        .env
-        .build(std::env::vars_os())
-        .into_iter()
-        .map(|(k, v)| {
-            let mut kv = k.into_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            c(&kv, "an environment variable")
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let cwd = c(req.cwd.as_os_str().as_bytes(), "the working directory")?;
+    let shell = ShellCommand::new(&req.command, &req.cwd, req.env.build(std::env::vars_os()))?;
     let io = |e: std::io::Error| ToolError::Io(format!("watching the command: {e}"));
     // The pipes are made here and handed over; the child's ends close on our side once it has
     // its copies.
@@ -710,21 +684,13 @@ fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<Spawned, ToolError> {
         }
         None => (dev_null().map_err(io)?, None),
     };
-    let cmd = tree::NsCommand {
-        program: &program,
-        args: &args,
-        env: &env,
-        cwd: &cwd,
-        stdio: Some(tree::NsStdio {
-            stdin: stdin_r.as_raw_fd(),
-            stdout: out_w.as_raw_fd(),
-            stderr: err_w.as_raw_fd(),
-            controlling_tty: false,
-        }),
-        die_with_parent: false,
+    let stdio = tree::NsStdio {
+        stdin: stdin_r.as_raw_fd(),
+        stdout: out_w.as_raw_fd(),
+        stderr: err_w.as_raw_fd(),
+        controlling_tty: false,
     };
-    let spawned = tree::spawn_in_pid_namespace(&cmd, user_ns)
-        .map_err(|e| ToolError::Io(format!("cannot start `sh -c`: {e}")))?;
+    let spawned = shell.spawn(stdio, user_ns, false)?;
     drop((stdin_r, out_w, err_w));
     let tree::NsSpawned { child, pidfd, .. } = spawned;
     // SAFETY: the AsyncFd owns the pidfd, which stays open and the same until it is dropped.
@@ -745,15 +711,7 @@ fn dev_null() -> std::io::Result<OwnedFd> {
 
 /// A pipe whose both ends close on exec: (read end, write end).
 fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    use std::os::fd::FromRawFd;
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors that we then own.
-    unsafe {
-        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
-    }
+    fd::pipe(libc::O_CLOEXEC)
 }
 
 fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, ToolError> {
@@ -774,10 +732,10 @@ fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, Tool
         .kill_on_drop(false);
     let prepared = tree::prepare(&mut cmd, mechanism)
         .map_err(|e| ToolError::Io(format!("preparing the command's cgroup: {e}")))?;
-    let layer = crate::sandbox::command_layer_fd();
+    let layer = crate::domain::command_layer_fd();
     // SAFETY: the hook makes raw syscalls only.
     unsafe {
-        cmd.pre_exec(move || crate::sandbox::enter_command_domain(layer));
+        cmd.pre_exec(move || crate::domain::enter_command_domain(layer));
     }
     let spawned = cmd.spawn();
     // Our copies of the write ends: the readers see the end of the output once the tree is gone.
@@ -805,20 +763,6 @@ fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, Tool
 
 fn is_namespace_refusal(e: &ToolError) -> bool {
     matches!(e, ToolError::Io(m) if m.contains("Operation not permitted") || m.contains("Invalid argument") || m.contains("No space left"))
-}
-
-/// Exit code and signal name of a status (neither when it was never reaped).
-fn describe(status: Option<ExitStatus>) -> (Option<i32>, Option<String>) {
-    let Some(st) = status else {
-        return (None, None);
-    };
-    let signal = st
-        .signal()
-        .map(|n| match nix::sys::signal::Signal::try_from(n) {
-            Ok(s) => s.as_str().to_string(),
-            Err(_) => format!("signal {n}"),
-        });
-    (st.code(), signal)
 }
 
 #[derive(Clone, Copy)]

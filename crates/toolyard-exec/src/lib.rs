@@ -2,7 +2,7 @@
 //!
 //! Processes for Toolyard: run a command in the workspace with a timeout that kills the whole
 //! process tree, bounded head-and-tail capture, lane sandboxes (Landlock, seccomp, namespaces,
-//! rlimits), and the command policy that refuses obviously destructive commands.
+//! rlimits). The command policy lives in `toolyard-policy`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), toolyard_core::ToolError> {
@@ -20,11 +20,13 @@
 //! see [`sandbox::apply`].
 
 pub mod background;
+mod domain;
 pub mod env;
 pub mod exec;
-pub mod policy;
+mod fd;
 pub mod protect;
 pub mod sandbox;
+mod spawn;
 mod tree;
 
 pub use env::{EnvPolicy, ExecConfig, Terminal, hide_secrets_from_proc};

@@ -14,7 +14,7 @@ use toolyard_core::{
     Bound, Catalog, Engine, Lane, ProgressSink, Site, Tool, ToolContext, ToolDefinition, ToolError,
     ToolResult, ToolSpec,
 };
-use toolyard_exec::policy::{CommandPolicy, PolicyConfig};
+use toolyard_policy::{CommandPolicy, PolicyConfig};
 use toolyard_tools::{Dialect, DialectTool, ToolEnv};
 
 use crate::hooks::{HookCall, Hooks};

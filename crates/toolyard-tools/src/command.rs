@@ -14,10 +14,10 @@ use serde_json::json;
 use toolyard_core::{
     Annotations, Progress, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
 };
-use toolyard_exec::policy::{CommandPolicy, Decision, PolicyConfig};
 use toolyard_exec::protect::Protected;
 use toolyard_exec::sandbox::SandboxConfig;
 use toolyard_exec::{EnvPolicy, ExecConfig, ExecOutcome, ExecRequest, Ran, Streams};
+use toolyard_policy::{CommandPolicy, Decision, PolicyConfig};
 
 use crate::ToolEnv;
 

@@ -735,7 +735,7 @@ fn tools(args: ToolsArgs) -> Result<ExitCode> {
 }
 
 fn check_command(args: CheckArgs) -> Result<ExitCode> {
-    use toolyard_exec::policy::{CommandPolicy, Decision, PolicyConfig};
+    use toolyard_policy::{CommandPolicy, Decision, PolicyConfig};
     let catalog = load_catalog(args.catalog.as_deref())?;
     let config: PolicyConfig = catalog.section("policy")?;
     let policy = CommandPolicy::new(&config)?;

@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toolyard_core::Lane;
 
+use crate::domain;
 use crate::tree::IdMaps;
 pub use report::{FeatureReport, FeatureStatus, SandboxReport};
 
@@ -244,12 +245,6 @@ pub enum SandboxError {
     Seccomp(String),
 }
 
-/// Past the highest capability any kernel defines (`CAP_LAST_CAP` is 40 in Linux 6.x); dropping
-/// one the kernel does not know fails harmlessly with EINVAL.
-const CAP_BOUND: libc::c_ulong = 64;
-/// `_LINUX_CAPABILITY_VERSION_3` of `<linux/capability.h>`.
-const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
 /// Make this process non-dumpable: its `/proc/<pid>` files (environment, memory, maps,
 /// descriptors) then belong to root and need CAP_SYS_PTRACE, which sandboxed commands lack.
 pub fn make_non_dumpable() {
@@ -262,92 +257,6 @@ pub fn make_non_dumpable() {
 /// The protected paths this process holds read-only (none outside a sandboxed runner).
 pub fn held_read_only() -> &'static [PathBuf] {
     explain::rules().map_or(&[], |r| r.protected.as_slice())
-}
-
-/// The nested Landlock ruleset each command enters (see `fs::command_layer`), once applied.
-static COMMAND_LAYER: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
-
-/// The descriptor of the ruleset a command must enter before it execs, or -1 when this process
-/// is not sandboxed (inline mode).
-pub(crate) fn command_layer_fd() -> libc::c_int {
-    use std::os::fd::AsRawFd;
-    COMMAND_LAYER.get().map_or(-1, |fd| fd.as_raw_fd())
-}
-
-/// Enter the command's own Landlock domain, drop every capability for good, and close every
-/// descriptor above 2 on exec.
-///
-/// # Safety
-/// Async-signal-safe (raw syscalls only): call between fork and exec.
-pub(crate) unsafe fn enter_command_domain(layer: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: raw syscalls on plain integers.
-    unsafe {
-        // The net lanes' gate (a namespace, or Landlock and seccomp network rules) first:
-        // entering a namespace needs the capabilities dropped below.
-        egress::enter_command_net()?;
-        if layer >= 0 {
-            if libc::syscall(libc::SYS_landlock_restrict_self, layer, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            drop_capabilities();
-        }
-        // Nothing but 0, 1 and 2 crosses into the command, whatever a library left open.
-        libc::syscall(
-            libc::SYS_close_range,
-            3,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        );
-    }
-    Ok(())
-}
-
-/// Drop every capability from the bounding, ambient, effective, permitted and inheritable
-/// sets, so a command of a root runner is root without powers: no device nodes (CAP_MKNOD), no
-/// network or mount reconfiguration (CAP_NET_ADMIN, CAP_SYS_ADMIN), no ptrace of the runner or
-/// server (CAP_SYS_PTRACE), no file-permission override; and an exec (of a setuid binary or
-/// as uid 0) gains none back, the bounding set being empty. Without CAP_SETPCAP (any
-/// unprivileged runner) there is nothing to drop and the calls fail harmlessly.
-///
-/// # Safety
-/// Async-signal-safe (raw syscalls only): call between fork and exec.
-unsafe fn drop_capabilities() {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    // SAFETY: prctl and capset on plain integers and local structs.
-    unsafe {
-        // The bounding set first: dropping from it needs CAP_SETPCAP, which capset then clears.
-        for cap in 0..CAP_BOUND {
-            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
-        }
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
-        let header = Header {
-            version: CAPABILITY_VERSION_3,
-            pid: 0,
-        };
-        let data = [Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        }; 2];
-        libc::syscall(libc::SYS_capset, &header, data.as_ptr());
-    }
 }
 
 /// Apply `policy` to this process and everything it starts later. Call it once, in `main`,
@@ -555,7 +464,7 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
     report.add("landlock-fs", fs.status, fs.detail);
     match command_layer {
         Some(layer) if fs.status != FeatureStatus::NotEnforced => {
-            let _ = COMMAND_LAYER.set(layer);
+            domain::set_command_layer(layer);
             report.add(
                 "command-domain",
                 FeatureStatus::Enforced,

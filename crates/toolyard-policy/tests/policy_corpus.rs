@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use toolyard_core::Catalog;
-use toolyard_exec::policy::{CommandPolicy, Decision, PolicyConfig, PolicyError};
+use toolyard_policy::{CommandPolicy, Decision, PolicyConfig, PolicyError};
 
 /// Destructive commands and the rule that must block each.
 const BLOCKED: &[(&str, &str)] = &[
@@ -606,7 +606,7 @@ fn deep_nesting_is_blocked_not_crashed() {
     // Moderate nesting is still analysed.
     let cmd = format!("{}rm -rf /{}", "$(".repeat(10), ")".repeat(10));
     assert_eq!(p.check(&cmd).rule(), Some("rm-root"));
-    let huge = "a".repeat(toolyard_exec::policy::MAX_COMMAND_BYTES + 1);
+    let huge = "a".repeat(toolyard_policy::MAX_COMMAND_BYTES + 1);
     assert_eq!(p.check(&huge).rule(), Some("too-large"));
 }
 
