@@ -404,7 +404,7 @@ impl TypedTool for GlobTool {
 /// What the `glob` tool answers for `args`, matching case-insensitively or not leaving out
 /// what .gitignore ignores when asked (dialects whose glob has those switches), its hints in
 /// `vocab`'s words.
-pub(crate) async fn glob_result(
+pub async fn glob_result(
     env: &Arc<ToolEnv>,
     ctx: &ToolContext,
     args: GlobArgs,

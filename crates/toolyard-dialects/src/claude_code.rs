@@ -26,10 +26,12 @@ use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use super::DialectTool;
 use super::{Adapter, Answer, Shaped};
-use crate::ToolEnv;
-use crate::command::{CommandEnv, command_result};
-use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
 use toolyard_core::{CallShape, Engine};
+use toolyard_tools::ToolEnv;
+use toolyard_tools::command::{CommandEnv, command_result};
+use toolyard_tools::files::{
+    apply_edit, commit_write, expect_for_write, lines_before, read_tracked,
+};
 
 /// Lines `Read` shows when `limit` is not given.
 const DEFAULT_LINES: usize = 2000;
@@ -178,8 +180,8 @@ impl Read {
     ) -> Result<ToolResult, Result<Fail, ToolError>> {
         let shown = args.file_path.clone();
         // The full output of a cut command, by the path its note gave (or `output:<id>`).
-        if let Some(content) =
-            crate::search::saved::read_all(&self.env, &args.file_path).map_err(translate)?
+        if let Some(content) = toolyard_tools::search::saved::read_all(&self.env, &args.file_path)
+            .map_err(translate)?
         {
             return cat_n(&content, &shown, &args, ctx);
         }
@@ -989,7 +991,7 @@ fn bash_output_call(a: BashOutputArgs) -> Result<(Value, Value), String> {
     let mut memo = json!({});
     if let Some(f) = a.filter.filter(|f| !f.is_empty()) {
         // Checked here so a bad regex is named before any output is consumed.
-        crate::search::grep::matcher(&f).map_err(|e| format!("filter: {e}"))?;
+        toolyard_tools::search::grep::matcher(&f).map_err(|e| format!("filter: {e}"))?;
         memo["filter"] = json!(f);
     }
     Ok((c, memo))
@@ -1004,7 +1006,7 @@ fn bash_output_after(r: ToolResult, call: &Value) -> ToolResult {
     let Some(f) = call.get("filter").and_then(Value::as_str) else {
         return r;
     };
-    let Ok(m) = crate::search::grep::matcher(f) else {
+    let Ok(m) = toolyard_tools::search::grep::matcher(f) else {
         return r;
     };
     let mut lines = r.output.lines();
@@ -1277,7 +1279,10 @@ pub fn tools(
             Arc::new(Typed(NotebookEdit { env: env.clone() })),
         )
         .shaped(CallShape::NONE),
-        DialectTool::new(Engine::Lsp, crate::lsp::claude_code_tool(env.clone())),
+        DialectTool::new(
+            Engine::Lsp,
+            toolyard_tools::lsp::claude_code_tool(env.clone()),
+        ),
     ];
     if let Some(t) = engine(loopr, "write_file") {
         v.push(
@@ -1287,9 +1292,9 @@ pub fn tools(
     }
     // Glob and Grep: the engine's, their hints in Claude Code's parameter names.
     {
-        let t: Arc<dyn Tool> = Arc::new(Typed(crate::search::GlobTool::speaking(
+        let t: Arc<dyn Tool> = Arc::new(Typed(toolyard_tools::search::GlobTool::speaking(
             env.clone(),
-            crate::search::Vocab::CLAUDE_CODE_GLOB,
+            toolyard_tools::search::Vocab::CLAUDE_CODE_GLOB,
         )));
         v.push(DialectTool::new(
             Engine::Glob,
@@ -1306,9 +1311,9 @@ pub fn tools(
         ));
     }
     {
-        let t: Arc<dyn Tool> = Arc::new(Typed(crate::search::GrepTool::speaking(
+        let t: Arc<dyn Tool> = Arc::new(Typed(toolyard_tools::search::GrepTool::speaking(
             env.clone(),
-            crate::search::Vocab::CLAUDE_CODE_GREP,
+            toolyard_tools::search::Vocab::CLAUDE_CODE_GREP,
         )));
         v.push(DialectTool::new(
             Engine::Grep,

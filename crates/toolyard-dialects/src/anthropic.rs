@@ -19,12 +19,12 @@ use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed
 use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use super::DialectTool;
-use crate::ToolEnv;
-use crate::command::CommandEnv;
-use crate::files::{
+use toolyard_core::Engine;
+use toolyard_tools::ToolEnv;
+use toolyard_tools::command::CommandEnv;
+use toolyard_tools::files::{
     apply_edit, commit_write, expect_for_write, lines_before, read_media, read_tracked,
 };
-use toolyard_core::Engine;
 
 /// Lines of context around an edit in the snippet shown after it (the reference's
 /// `SNIPPET_LINES`).
@@ -224,7 +224,7 @@ impl TextEditor {
         let write = args.command != "view";
         // The full output of a cut command, by the path its note gave (or `output:<id>`).
         if !write
-            && let Some(content) = crate::search::saved::read_all(&self.env, &args.path)
+            && let Some(content) = toolyard_tools::search::saved::read_all(&self.env, &args.path)
                 .map_err(|e| translate(e, &shown, false))?
         {
             return view_text(&args, &shown, &content, ctx);
@@ -290,8 +290,8 @@ impl TextEditor {
         }
         let env = self.env.clone();
         let root = rel.clone();
-        let tree = crate::search::blocking(move || {
-            crate::search::list::tree(&env.workspace, &root, TREE_LIMIT)
+        let tree = toolyard_tools::search::blocking(move || {
+            toolyard_tools::search::list::tree(&env.workspace, &root, TREE_LIMIT)
         })
         .await
         .map_err(|e| translate(e, shown, false))?;
@@ -850,7 +850,7 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<DialectTool> 
             ))),
         ),
     ];
-    if let Some(shell) = crate::process::tools(commands)
+    if let Some(shell) = toolyard_tools::process::tools(commands)
         .into_iter()
         .find(|t| t.name() == "shell")
     {
