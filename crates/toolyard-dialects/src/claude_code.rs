@@ -26,6 +26,7 @@ use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use super::DialectTool;
 use super::{Adapter, Answer, Shaped};
+use crate::text::{lines_of, numbered};
 use toolyard_core::{CallShape, Engine};
 use toolyard_tools::ToolEnv;
 use toolyard_tools::command::{CommandEnv, command_result};
@@ -87,33 +88,6 @@ fn finish(r: Result<ToolResult, Result<Fail, ToolError>>) -> Result<ToolResult, 
         Err(Ok((kind, msg))) => Ok(ToolResult::failure(kind, msg)),
         Err(Err(e)) => Err(e),
     }
-}
-
-/// The file's lines as `cat -n` counts them (a final newline ends the last line).
-fn lines_of(text: &str) -> Vec<&str> {
-    if text.is_empty() {
-        return Vec::new();
-    }
-    let body = text.strip_suffix('\n').unwrap_or(text);
-    body.split('\n')
-        .map(|l| l.strip_suffix('\r').unwrap_or(l))
-        .collect()
-}
-
-/// `lines` as Claude Code's `cat -n` prints them, numbered from `first`, long lines cut.
-fn numbered(lines: &[&str], first: usize) -> String {
-    lines
-        .iter()
-        .enumerate()
-        .map(|(i, l)| {
-            let l = match l.char_indices().nth(MAX_LINE) {
-                Some((at, _)) => &l[..at],
-                None => l,
-            };
-            format!("{:6}\t{l}", i + first)
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Find the loopr tool `name` among `tools`.
@@ -258,7 +232,7 @@ fn cat_n(
             .with_data(json!({"lines": n})));
     }
     let to = from.saturating_add(limit - 1).min(n);
-    let mut body = numbered(&lines[from - 1..to], from);
+    let mut body = numbered(&lines[from - 1..to], from, Some(MAX_LINE));
     if body.len() > ctx.max_output_bytes {
         let mut cut = ctx.max_output_bytes;
         while !body.is_char_boundary(cut) {
@@ -541,7 +515,7 @@ impl Editor {
             let end = (at + added + 5).min(all.len());
             format!(
                 "The file {shown} has been updated. Here's the result of running `cat -n` on a snippet of the edited file:\n{}",
-                numbered(&all[start.min(end)..end], start + 1)
+                numbered(&all[start.min(end)..end], start + 1, Some(MAX_LINE))
             )
         };
         Ok(ToolResult::ok(text)

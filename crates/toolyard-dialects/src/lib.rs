@@ -25,6 +25,7 @@ mod codex;
 mod gemini;
 mod loom;
 mod loom_py;
+mod text;
 
 pub use anthropic::{AnthropicBash, EditorVersion, TextEditor, TextEditorArgs};
 pub use codex::{APPLY_PATCH_FREEFORM_DESCRIPTION, APPLY_PATCH_LARK, ApplyPatch, ApplyPatchArgs};
