@@ -15,6 +15,7 @@ pub mod glob;
 pub mod grep;
 mod ignores;
 pub mod list;
+mod parallel;
 mod pattern;
 pub mod saved;
 mod walk;
