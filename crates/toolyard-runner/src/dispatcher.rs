@@ -14,8 +14,9 @@ use toolyard_core::{
     Bound, Catalog, Engine, Lane, ProgressSink, Site, Tool, ToolContext, ToolDefinition, ToolError,
     ToolResult, ToolSpec,
 };
+use toolyard_dialects::{Dialect, DialectTool};
 use toolyard_policy::{CommandPolicy, PolicyConfig};
-use toolyard_tools::{Dialect, DialectTool, ToolEnv};
+use toolyard_tools::ToolEnv;
 
 use crate::hooks::{HookCall, Hooks};
 use crate::layers;
@@ -174,8 +175,8 @@ impl Dispatcher {
             .catalog
             .profile(&config.profile)
             .map_err(ToolError::InvalidArguments)?;
-        let served = toolyard_tools::dialect::tools(&env, config.dialect)?;
-        toolyard_tools::dialect::custom_clash(&config.catalog, &served, config.dialect)?;
+        let served = toolyard_dialects::tools(&env, config.dialect)?;
+        toolyard_dialects::custom_clash(&config.catalog, &served, config.dialect)?;
         let tools: BTreeMap<String, DialectTool> = served
             .into_iter()
             .filter(|t| allowed.iter().any(|a| a == t.catalog_name()))

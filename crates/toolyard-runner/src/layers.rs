@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use toolyard_core::{TIMEOUT_ARG, ToolError, ToolSpec};
+use toolyard_dialects::DialectTool;
 use toolyard_policy::CommandPolicy;
-use toolyard_tools::DialectTool;
 
 /// The served tool called `name`, or the error naming every served tool.
 pub(crate) fn resolve<'a>(

@@ -15,10 +15,11 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Catalog, Lane, Tool, ToolContext, ToolError, ToolResult};
+use toolyard_dialects::Dialect;
 use toolyard_exec::protect::{self, Protected};
 use toolyard_exec::sandbox::{self, LanePolicy, LanesConfig, SandboxConfig};
+use toolyard_tools::ToolEnv;
 use toolyard_tools::records::Records;
-use toolyard_tools::{Dialect, ToolEnv};
 use toolyard_workspace::{PreImage, RelPath, StateDir, Workspace};
 
 use crate::protocol::{
@@ -794,7 +795,7 @@ async fn serve(
     let _ = records.workspace.set(env.workspace.clone());
     let mut tools: HashMap<(String, String), Arc<dyn Tool>> = HashMap::new();
     for dialect in Dialect::ALL {
-        for t in toolyard_tools::dialect::tools(&env, dialect)? {
+        for t in toolyard_dialects::tools(&env, dialect)? {
             tools.insert((dialect.to_string(), t.tool.name().to_string()), t.tool);
         }
     }

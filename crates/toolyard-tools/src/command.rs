@@ -405,7 +405,7 @@ impl CommandEnv {
 
     /// Check `command` against the policy and resolve `cwd` (workspace-relative) to the
     /// absolute directory it runs in.
-    pub(crate) fn admit(
+    pub fn admit(
         &self,
         ctx: &ToolContext,
         command: &str,

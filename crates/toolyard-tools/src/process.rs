@@ -47,7 +47,8 @@ pub fn lane_of(process_id: &str) -> Option<&str> {
         .map(|(lane, _)| lane)
 }
 
-pub(crate) fn table(commands: &CommandEnv) -> &'static ProcessTable {
+/// The table of this process's background processes (its limits from `[processes]`).
+pub fn table(commands: &CommandEnv) -> &'static ProcessTable {
     TABLE.get_or_init(|| {
         let limits: ProcessesConfig = commands
             .env
@@ -139,7 +140,7 @@ pub(crate) fn find(
 
 /// What became of `session`'s process `id`, if its end was reported: "no-net-1 exited with
 /// code 0; its output was already returned ...".
-pub(crate) fn reported_end(session: &str, id: &str) -> Option<String> {
+pub fn reported_end(session: &str, id: &str) -> Option<String> {
     let r = lock(REPORTED.get_or_init(Default::default));
     let end = r.ends.get(id).filter(|e| e.session == session)?;
     Some(format!(
@@ -154,7 +155,7 @@ pub(crate) fn reported_end(session: &str, id: &str) -> Option<String> {
 }
 
 /// Forget `proc`, whose end (`ended`) was just reported with the last of its output.
-pub(crate) fn forget(
+pub fn forget(
     commands: &CommandEnv,
     proc: &BgProcess,
     ended: &Ended,
@@ -221,7 +222,7 @@ pub(crate) async fn run_started(
 }
 
 /// Wait until `proc` ends or `wait` passes.
-pub(crate) async fn wait_end(
+pub async fn wait_end(
     proc: &BgProcess,
     wait: Duration,
     tick: &(dyn Fn(Duration) + Sync),
@@ -241,7 +242,7 @@ pub(crate) async fn wait_end(
 }
 
 /// Spawn a process of this session, with the protected paths restored when it ends.
-pub(crate) async fn spawn(
+pub async fn spawn(
     commands: &CommandEnv,
     ctx: &ToolContext,
     command: &str,
@@ -291,7 +292,7 @@ pub(crate) async fn spawn(
 
 /// Journal what `proc` changed since the last call that read or drove it, as this call's
 /// group, and append the summary line to `result` (see `capture`).
-pub(crate) async fn capture_line(
+pub async fn capture_line(
     commands: &CommandEnv,
     proc: &BgProcess,
     ctx: &ToolContext,
@@ -315,7 +316,7 @@ pub(crate) async fn capture_line(
     }
 }
 
-pub(crate) fn progress_tick(ctx: &ToolContext, id: &str) -> impl Fn(Duration) + Sync + use<> {
+pub fn progress_tick(ctx: &ToolContext, id: &str) -> impl Fn(Duration) + Sync + use<> {
     let progress = ctx.progress.clone();
     let id = id.to_string();
     move |waited: Duration| {

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use toolyard_core::{Catalog, SchemaFormat};
+use toolyard_dialects::Dialect;
 use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
-use toolyard_tools::Dialect;
 
 mod host;
 mod serve;

@@ -1,6 +1,6 @@
 //! `grep`: ripgrep's engine in process (grep-regex, grep-searcher, the `ignore` parallel walker).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -8,7 +8,7 @@ use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{
     BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
 };
-use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkState};
+use ignore::DirEntry;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -18,6 +18,7 @@ use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 use toolyard_workspace::{RelPath, Workspace};
 
 use super::Vocab;
+use super::parallel::{self, Visit};
 use super::pattern::PathGlob;
 use super::walk::{self, HiddenProbe, HiddenSkipped};
 use crate::ToolEnv;
@@ -322,13 +323,8 @@ pub fn search(
         keep_lines: query.keep_lines,
         cancel,
         probe: probe.as_deref(),
-        merged: Mutex::new(Collected::default()),
     };
-    walker.visit(&mut VisitorBuilder { shared: &shared });
-    let collected = shared
-        .merged
-        .into_inner()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let collected = parallel::walk(walker, cancel, || Visitor::new(&shared));
     if cancel.is_cancelled() {
         return Err(ToolError::Cancelled);
     }
@@ -417,7 +413,6 @@ struct Shared<'a> {
     cancel: &'a CancellationToken,
     /// Set when hidden files are left out: what would have matched among them.
     probe: Option<&'a HiddenProbe>,
-    merged: Mutex<Collected>,
 }
 
 /// The ripgrep file types named in `names` (comma-separated), or `None` when not given; an
@@ -502,21 +497,18 @@ impl Collected {
     }
 }
 
-struct VisitorBuilder<'s, 'a> {
-    shared: &'s Shared<'a>,
-}
-
-impl<'s, 'a: 's> ParallelVisitorBuilder<'s> for VisitorBuilder<'s, 'a> {
-    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
+impl<'s, 'a> Visitor<'s, 'a> {
+    /// A walker thread's visitor, with searchers of its own.
+    fn new(shared: &'s Shared<'a>) -> Self {
         let mut b = SearcherBuilder::new();
         b.line_number(true)
             // ripgrep's default for walked files: stop at the first NUL byte, say nothing.
             .binary_detection(BinaryDetection::quit(b'\x00'))
-            .multi_line(self.shared.multiline)
-            .before_context(self.shared.context)
-            .after_context(self.shared.context);
-        let keep = if self.shared.keep_lines {
-            self.shared.limits.map_or(u64::MAX, |l| l.max_lines as u64)
+            .multi_line(shared.multiline)
+            .before_context(shared.context)
+            .after_context(shared.context);
+        let keep = if shared.keep_lines {
+            shared.limits.map_or(u64::MAX, |l| l.max_lines as u64)
         } else {
             0
         };
@@ -524,14 +516,14 @@ impl<'s, 'a: 's> ParallelVisitorBuilder<'s> for VisitorBuilder<'s, 'a> {
         probe
             .line_number(false)
             .binary_detection(BinaryDetection::quit(b'\x00'))
-            .multi_line(self.shared.multiline);
-        Box::new(Visitor {
-            shared: self.shared,
+            .multi_line(shared.multiline);
+        Visitor {
+            shared,
             searcher: b.build(),
             probe_searcher: probe.build(),
             sink: LineSink::new(keep),
             local: Collected::default(),
-        })
+        }
     }
 }
 
@@ -667,25 +659,14 @@ impl<R: std::io::Read> std::io::Read for Budgeted<'_, R> {
     }
 }
 
-impl ParallelVisitor for Visitor<'_, '_> {
-    fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
-        if self.shared.cancel.is_cancelled() {
-            return WalkState::Quit;
-        }
-        if let Ok(entry) = entry {
-            self.search_entry(&entry);
-        }
-        WalkState::Continue
-    }
-}
+impl Visit for Visitor<'_, '_> {
+    type Total = Collected;
 
-impl Drop for Visitor<'_, '_> {
-    fn drop(&mut self) {
-        let mut merged = self
-            .shared
-            .merged
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+    fn visit(&mut self, entry: &DirEntry) {
+        self.search_entry(entry);
+    }
+
+    fn merge_into(&mut self, merged: &mut Collected) {
         merged.total_files += self.local.total_files;
         merged.total_matches += self.local.total_matches;
         merged.searched += self.local.searched;

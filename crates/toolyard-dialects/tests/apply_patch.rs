@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 use toolyard_core::{Tool, ToolContext, ToolError, ToolResult};
+use toolyard_dialects::Dialect;
 use toolyard_tools::ToolEnv;
-use toolyard_tools::dialect::Dialect;
 use toolyard_tools::patch;
 
 mod common;

@@ -1,7 +1,7 @@
 //! The `codex` dialect (OpenAI Codex CLI): `apply_patch {input}` (the JSON form of Codex's
-//! freeform tool; MCP cannot carry a grammar) over the patch engine in [`crate::patch`].
+//! freeform tool; MCP cannot carry a grammar) over the patch engine in [`toolyard_tools::patch`].
 //! `exec_command` and `write_stdin` are Codex's unified exec over the process engine in
-//! [`crate::process`]: a command that outlives its yield keeps running as a session whose id
+//! [`toolyard_tools::process`]: a command that outlives its yield keeps running as a session whose id
 //! is the process id.
 
 use std::fmt::Write as _;
@@ -15,13 +15,13 @@ use serde_json::json;
 use toolyard_core::{Annotations, Freeform, ToolContext, ToolError, ToolResult, Typed, TypedTool};
 
 use super::DialectTool;
-use crate::ToolEnv;
-use crate::command::CommandEnv;
-use crate::patch;
-use crate::process;
 use toolyard_core::shape::HeadTail;
 use toolyard_core::{CallShape, Engine};
 use toolyard_exec::background::{BgProcess, Taken};
+use toolyard_tools::ToolEnv;
+use toolyard_tools::command::CommandEnv;
+use toolyard_tools::patch;
+use toolyard_tools::process;
 
 /// Codex's Lark grammar of a patch (`codex-rs/core/src/tools/handlers/apply_patch.lark`), for
 /// the freeform form of the tool.

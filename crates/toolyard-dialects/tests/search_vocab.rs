@@ -9,7 +9,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use toolyard_core::{Tool, ToolContext, ToolResult};
-use toolyard_tools::dialect::Dialect;
+use toolyard_dialects::Dialect;
 
 mod common;
 

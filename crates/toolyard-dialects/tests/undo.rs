@@ -9,7 +9,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use toolyard_core::{Tool, ToolContext, ToolResult};
-use toolyard_tools::dialect::Dialect;
+use toolyard_dialects::Dialect;
 
 mod common;
 
@@ -170,7 +170,7 @@ async fn the_redo_hint_names_the_undo_and_taking_it_redoes() {
                 tmp: tempfile::tempdir().expect("tmp"),
                 ws: f.w.ws.clone(),
                 env: f.w.env.clone(),
-                tools: toolyard_tools::dialect::tools(&f.w.env, dialect)
+                tools: toolyard_dialects::tools(&f.w.env, dialect)
                     .expect("tools")
                     .into_iter()
                     .map(|t| t.tool)

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use toolyard_core::{Catalog, Tool, ToolContext, ToolResult};
+use toolyard_dialects::{self as dialect, Dialect};
 use toolyard_tools::ToolEnv;
-use toolyard_tools::dialect::{self, Dialect};
 
 mod common;
 

@@ -16,8 +16,8 @@ use toolyard_core::{
     Annotations, CallShape, CustomTool, Engine, Tool, ToolContext, ToolError, ToolResult, TypedTool,
 };
 
-use crate::ToolEnv;
-use crate::command::CommandEnv;
+use toolyard_tools::ToolEnv;
+use toolyard_tools::command::CommandEnv;
 
 mod anthropic;
 mod claude_code;
@@ -25,6 +25,7 @@ mod codex;
 mod gemini;
 mod loom;
 mod loom_py;
+mod text;
 
 pub use anthropic::{AnthropicBash, EditorVersion, TextEditor, TextEditorArgs};
 pub use codex::{APPLY_PATCH_FREEFORM_DESCRIPTION, APPLY_PATCH_LARK, ApplyPatch, ApplyPatchArgs};
@@ -210,7 +211,10 @@ impl DialectTool {
 
     /// The catalog's command tool `spec`, run through `commands`.
     pub fn custom(spec: &CustomTool, commands: Arc<CommandEnv>) -> Self {
-        let tool = Arc::new(crate::custom::CustomCommand::new(spec.clone(), commands));
+        let tool = Arc::new(toolyard_tools::custom::CustomCommand::new(
+            spec.clone(),
+            commands,
+        ));
         Self {
             custom: Some(Arc::new(spec.clone())),
             ..Self::new(Engine::Custom, tool)
@@ -264,17 +268,17 @@ impl DialectTool {
 pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, ToolError> {
     let commands = Arc::new(CommandEnv::new(env.clone())?);
     let mut loopr: Vec<Arc<dyn Tool>> = Vec::new();
-    loopr.extend(crate::files::tools(env.clone()));
-    loopr.extend(crate::search::tools(env.clone()));
-    loopr.extend(crate::command::tools(commands.clone()));
-    loopr.extend(crate::process::tools(commands.clone()));
-    loopr.extend(crate::web::tools(env.clone()));
-    loopr.extend(crate::oracle::tools(env.clone()));
-    loopr.extend(crate::task::tools(env.clone()));
-    loopr.extend(crate::artifacts::tools(env.clone()));
-    loopr.extend(crate::lsp::tools(env.clone()));
+    loopr.extend(toolyard_tools::files::tools(env.clone()));
+    loopr.extend(toolyard_tools::search::tools(env.clone()));
+    loopr.extend(toolyard_tools::command::tools(commands.clone()));
+    loopr.extend(toolyard_tools::process::tools(commands.clone()));
+    loopr.extend(toolyard_tools::web::tools(env.clone()));
+    loopr.extend(toolyard_tools::oracle::tools(env.clone()));
+    loopr.extend(toolyard_tools::task::tools(env.clone()));
+    loopr.extend(toolyard_tools::artifacts::tools(env.clone()));
+    loopr.extend(toolyard_tools::lsp::tools(env.clone()));
     if let Some(local) = &env.local {
-        loopr.extend(crate::undo::tools(local.clone()));
+        loopr.extend(toolyard_tools::undo::tools(local.clone()));
     }
     let loopr: Vec<DialectTool> = loopr
         .into_iter()
@@ -292,19 +296,19 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
         Dialect::Loom => {
             let mut v = loom::tools(env, commands.clone());
             v.extend(shared(&["web_search", "oracle", "undo"]));
-            v.extend(shared(crate::lsp::ENGINES));
+            v.extend(shared(toolyard_tools::lsp::ENGINES));
             v
         }
         Dialect::LoomPy => {
             let mut v = loom_py::tools(env, commands.clone());
             v.extend(shared(&["write_file", "list_directory", "undo"]));
-            v.extend(shared(crate::lsp::ENGINES));
+            v.extend(shared(toolyard_tools::lsp::ENGINES));
             v
         }
         Dialect::Codex => {
             let mut v = codex::tools(env, commands.clone());
             v.extend(shared(&["undo"]));
-            v.extend(shared(crate::lsp::ENGINES));
+            v.extend(shared(toolyard_tools::lsp::ENGINES));
             v
         }
         Dialect::Anthropic => anthropic::tools(env, commands.clone()),
@@ -317,7 +321,7 @@ pub fn tools(env: &Arc<ToolEnv>, dialect: Dialect) -> Result<Vec<DialectTool>, T
                 "process_kill",
                 "undo",
             ]));
-            v.extend(shared(crate::lsp::ENGINES));
+            v.extend(shared(toolyard_tools::lsp::ENGINES));
             v
         }
         Dialect::ClaudeCode => {

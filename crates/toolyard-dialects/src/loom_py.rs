@@ -10,10 +10,10 @@ use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, Typed, TypedTool};
 
-use crate::ToolEnv;
-use crate::command::CommandEnv;
-use crate::files::{EditFile, EditFileArgs, read_media, read_tracked};
-use crate::search::{GrepArgs, GrepTool};
+use toolyard_tools::ToolEnv;
+use toolyard_tools::command::CommandEnv;
+use toolyard_tools::files::{EditFile, EditFileArgs, read_media, read_tracked};
+use toolyard_tools::search::{GrepArgs, GrepTool};
 
 /// Seed 002 truncates human-readable output to 10KB.
 const OUTPUT_LIMIT: usize = 10 * 1024;
@@ -58,7 +58,7 @@ impl TypedTool for PyReadFile {
     async fn run(&self, args: PyReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         // Images, PDFs and notebooks through the shared engine, in the seed's result shape.
         // The full output of a cut command, by the path its note gave (or `output:<id>`).
-        let saved = crate::search::saved::read_all(&self.env, &args.path)?;
+        let saved = toolyard_tools::search::saved::read_all(&self.env, &args.path)?;
         if saved.is_none()
             && let Some(media) = read_media(&self.env, ctx, &args.path, None).await?
         {
@@ -284,7 +284,10 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<super::Dialec
         DialectTool::new(
             Engine::Grep,
             Arc::new(Typed(SearchFiles {
-                inner: GrepTool::speaking(env.clone(), crate::search::Vocab::LOOM_PY_SEARCH),
+                inner: GrepTool::speaking(
+                    env.clone(),
+                    toolyard_tools::search::Vocab::LOOM_PY_SEARCH,
+                ),
             })),
         ),
     ]

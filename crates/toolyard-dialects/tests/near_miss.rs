@@ -12,7 +12,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use toolyard_core::{Tool, ToolContext};
-use toolyard_tools::dialect::Dialect;
+use toolyard_dialects::Dialect;
 use toolyard_tools::files::{apply_edit, read_tracked};
 use toolyard_tools::patch;
 

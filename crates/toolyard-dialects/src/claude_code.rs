@@ -26,10 +26,13 @@ use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use super::DialectTool;
 use super::{Adapter, Answer, Shaped};
-use crate::ToolEnv;
-use crate::command::{CommandEnv, command_result};
-use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
+use crate::text::{lines_of, numbered};
 use toolyard_core::{CallShape, Engine};
+use toolyard_tools::ToolEnv;
+use toolyard_tools::command::{CommandEnv, command_result};
+use toolyard_tools::files::{
+    apply_edit, commit_write, expect_for_write, lines_before, read_tracked,
+};
 
 /// Lines `Read` shows when `limit` is not given.
 const DEFAULT_LINES: usize = 2000;
@@ -85,33 +88,6 @@ fn finish(r: Result<ToolResult, Result<Fail, ToolError>>) -> Result<ToolResult, 
         Err(Ok((kind, msg))) => Ok(ToolResult::failure(kind, msg)),
         Err(Err(e)) => Err(e),
     }
-}
-
-/// The file's lines as `cat -n` counts them (a final newline ends the last line).
-fn lines_of(text: &str) -> Vec<&str> {
-    if text.is_empty() {
-        return Vec::new();
-    }
-    let body = text.strip_suffix('\n').unwrap_or(text);
-    body.split('\n')
-        .map(|l| l.strip_suffix('\r').unwrap_or(l))
-        .collect()
-}
-
-/// `lines` as Claude Code's `cat -n` prints them, numbered from `first`, long lines cut.
-fn numbered(lines: &[&str], first: usize) -> String {
-    lines
-        .iter()
-        .enumerate()
-        .map(|(i, l)| {
-            let l = match l.char_indices().nth(MAX_LINE) {
-                Some((at, _)) => &l[..at],
-                None => l,
-            };
-            format!("{:6}\t{l}", i + first)
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Find the loopr tool `name` among `tools`.
@@ -178,8 +154,8 @@ impl Read {
     ) -> Result<ToolResult, Result<Fail, ToolError>> {
         let shown = args.file_path.clone();
         // The full output of a cut command, by the path its note gave (or `output:<id>`).
-        if let Some(content) =
-            crate::search::saved::read_all(&self.env, &args.file_path).map_err(translate)?
+        if let Some(content) = toolyard_tools::search::saved::read_all(&self.env, &args.file_path)
+            .map_err(translate)?
         {
             return cat_n(&content, &shown, &args, ctx);
         }
@@ -256,7 +232,7 @@ fn cat_n(
             .with_data(json!({"lines": n})));
     }
     let to = from.saturating_add(limit - 1).min(n);
-    let mut body = numbered(&lines[from - 1..to], from);
+    let mut body = numbered(&lines[from - 1..to], from, Some(MAX_LINE));
     if body.len() > ctx.max_output_bytes {
         let mut cut = ctx.max_output_bytes;
         while !body.is_char_boundary(cut) {
@@ -539,7 +515,7 @@ impl Editor {
             let end = (at + added + 5).min(all.len());
             format!(
                 "The file {shown} has been updated. Here's the result of running `cat -n` on a snippet of the edited file:\n{}",
-                numbered(&all[start.min(end)..end], start + 1)
+                numbered(&all[start.min(end)..end], start + 1, Some(MAX_LINE))
             )
         };
         Ok(ToolResult::ok(text)
@@ -989,7 +965,7 @@ fn bash_output_call(a: BashOutputArgs) -> Result<(Value, Value), String> {
     let mut memo = json!({});
     if let Some(f) = a.filter.filter(|f| !f.is_empty()) {
         // Checked here so a bad regex is named before any output is consumed.
-        crate::search::grep::matcher(&f).map_err(|e| format!("filter: {e}"))?;
+        toolyard_tools::search::grep::matcher(&f).map_err(|e| format!("filter: {e}"))?;
         memo["filter"] = json!(f);
     }
     Ok((c, memo))
@@ -1004,7 +980,7 @@ fn bash_output_after(r: ToolResult, call: &Value) -> ToolResult {
     let Some(f) = call.get("filter").and_then(Value::as_str) else {
         return r;
     };
-    let Ok(m) = crate::search::grep::matcher(f) else {
+    let Ok(m) = toolyard_tools::search::grep::matcher(f) else {
         return r;
     };
     let mut lines = r.output.lines();
@@ -1277,7 +1253,10 @@ pub fn tools(
             Arc::new(Typed(NotebookEdit { env: env.clone() })),
         )
         .shaped(CallShape::NONE),
-        DialectTool::new(Engine::Lsp, crate::lsp::claude_code_tool(env.clone())),
+        DialectTool::new(
+            Engine::Lsp,
+            toolyard_tools::lsp::claude_code_tool(env.clone()),
+        ),
     ];
     if let Some(t) = engine(loopr, "write_file") {
         v.push(
@@ -1287,9 +1266,9 @@ pub fn tools(
     }
     // Glob and Grep: the engine's, their hints in Claude Code's parameter names.
     {
-        let t: Arc<dyn Tool> = Arc::new(Typed(crate::search::GlobTool::speaking(
+        let t: Arc<dyn Tool> = Arc::new(Typed(toolyard_tools::search::GlobTool::speaking(
             env.clone(),
-            crate::search::Vocab::CLAUDE_CODE_GLOB,
+            toolyard_tools::search::Vocab::CLAUDE_CODE_GLOB,
         )));
         v.push(DialectTool::new(
             Engine::Glob,
@@ -1306,9 +1285,9 @@ pub fn tools(
         ));
     }
     {
-        let t: Arc<dyn Tool> = Arc::new(Typed(crate::search::GrepTool::speaking(
+        let t: Arc<dyn Tool> = Arc::new(Typed(toolyard_tools::search::GrepTool::speaking(
             env.clone(),
-            crate::search::Vocab::CLAUDE_CODE_GREP,
+            toolyard_tools::search::Vocab::CLAUDE_CODE_GREP,
         )));
         v.push(DialectTool::new(
             Engine::Grep,

@@ -20,11 +20,13 @@ use toolyard_workspace::{Expect, hash_bytes};
 
 use super::DialectTool;
 use super::{Adapter, Shaped, as_engine};
-use crate::ToolEnv;
-use crate::command::CommandEnv;
-use crate::files::{apply_edit, commit_write, expect_for_write, lines_before, read_tracked};
-use crate::search::{GlobQuery, PathGlob};
 use toolyard_core::{CallShape, Engine};
+use toolyard_tools::ToolEnv;
+use toolyard_tools::command::CommandEnv;
+use toolyard_tools::files::{
+    apply_edit, commit_write, expect_for_write, lines_before, read_tracked,
+};
+use toolyard_tools::search::{GlobQuery, PathGlob};
 
 /// The first of the names a model may have used for one argument, or an error naming them.
 fn either(names: &[&str], values: &[&Option<String>]) -> Result<String, ToolError> {
@@ -158,18 +160,18 @@ impl TypedTool for Glob {
     }
 
     async fn run(&self, a: GlobArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let args = crate::search::glob::GlobArgs {
+        let args = toolyard_tools::search::glob::GlobArgs {
             pattern: a.pattern,
             path: a.dir_path.or(a.path),
             hidden: false,
         };
-        crate::search::glob::glob_result(
+        toolyard_tools::search::glob::glob_result(
             &self.env,
             ctx,
             args,
             !a.case_sensitive.unwrap_or(false),
             !a.respect_git_ignore.unwrap_or(true),
-            &crate::search::Vocab::GEMINI_GLOB,
+            &toolyard_tools::search::Vocab::GEMINI_GLOB,
         )
         .await
     }
@@ -461,8 +463,8 @@ impl TypedTool for ListDirectory {
             .collect::<Result<Vec<_>, _>>()?;
         let env = self.env.clone();
         let root = rel.clone();
-        let tree = crate::search::blocking(move || {
-            crate::search::list::tree(&env.workspace, &root, 10_000)
+        let tree = toolyard_tools::search::blocking(move || {
+            toolyard_tools::search::list::tree(&env.workspace, &root, 10_000)
         })
         .await?;
         let mut names: Vec<(bool, String)> = tree
@@ -565,8 +567,8 @@ impl TypedTool for ReadManyFiles {
             };
             let env = self.env.clone();
             let cancel = ctx.cancel.child_token();
-            let found = crate::search::blocking(move || {
-                crate::search::glob::find(&env.workspace, &query, &cancel)
+            let found = toolyard_tools::search::blocking(move || {
+                toolyard_tools::search::glob::find(&env.workspace, &query, &cancel)
             })
             .await?;
             let mut hits: Vec<String> = found.hits.into_iter().map(|h| h.path).collect();
@@ -637,9 +639,9 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<DialectTool> 
         path: Some("file_path"),
         ..CallShape::NONE
     };
-    let mut engine: Vec<Arc<dyn Tool>> = crate::files::tools(env.clone());
-    engine.extend(crate::search::tools(env.clone()));
-    engine.extend(crate::command::tools(commands));
+    let mut engine: Vec<Arc<dyn Tool>> = toolyard_tools::files::tools(env.clone());
+    engine.extend(toolyard_tools::search::tools(env.clone()));
+    engine.extend(toolyard_tools::command::tools(commands));
     let find = |name: &str| engine.iter().find(|t| t.name() == name).cloned();
     let mut v: Vec<DialectTool> = Vec::new();
     if let Some(inner) = find("read_file") {
@@ -680,9 +682,9 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<DialectTool> 
     ));
     {
         // Its hints name Gemini's parameters (dir_path, include_pattern, total_max_matches).
-        let inner: Arc<dyn Tool> = Arc::new(Typed(crate::search::GrepTool::speaking(
+        let inner: Arc<dyn Tool> = Arc::new(Typed(toolyard_tools::search::GrepTool::speaking(
             env.clone(),
-            crate::search::Vocab::GEMINI_GREP,
+            toolyard_tools::search::Vocab::GEMINI_GREP,
         )));
         for name in ["search_file_content", "grep_search"] {
             v.push(DialectTool::new(Engine::Grep, Arc::new(Typed(Adapter {

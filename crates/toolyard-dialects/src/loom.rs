@@ -10,9 +10,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 
-use crate::ToolEnv;
-use crate::command::CommandEnv;
-use crate::files::{apply_edit, commit_write, expect_for_write, read_media, read_tracked};
+use toolyard_tools::ToolEnv;
+use toolyard_tools::command::CommandEnv;
+use toolyard_tools::files::{apply_edit, commit_write, expect_for_write, read_media, read_tracked};
 
 /// Seed 003's bash timeouts, in seconds.
 const BASH_DEFAULT_SECS: u64 = 60;
@@ -84,7 +84,7 @@ impl TypedTool for LoomReadFile {
         // Images, PDFs and notebooks through the shared engine, in the seed's shape: what the
         // engine shows as `contents`, its image blocks kept beside it.
         // The full output of a cut command, by the path its note gave (or `output:<id>`).
-        let saved = crate::search::saved::read_all(&self.env, &args.path)?;
+        let saved = toolyard_tools::search::saved::read_all(&self.env, &args.path)?;
         if saved.is_none()
             && let Some(media) = read_media(&self.env, ctx, &args.path, None).await?
         {
@@ -337,7 +337,9 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<super::Dialec
         ),
         DialectTool::new(
             Engine::ListDirectory,
-            Arc::new(Typed(crate::search::ListFilesTool::new(env.clone()))),
+            Arc::new(Typed(toolyard_tools::search::ListFilesTool::new(
+                env.clone(),
+            ))),
         ),
     ]
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use toolyard_core::{Tool, ToolContext, ToolResult};
-use toolyard_tools::dialect::Dialect;
+use toolyard_dialects::Dialect;
 
 mod common;
 

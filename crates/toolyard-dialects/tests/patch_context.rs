@@ -10,7 +10,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use serde_json::json;
 use toolyard_core::{Tool, ToolContext, ToolError, ToolResult};
-use toolyard_tools::dialect::Dialect;
+use toolyard_dialects::Dialect;
 use toolyard_tools::patch;
 
 mod common;

@@ -372,12 +372,8 @@ async fn text_still_reads_as_numbered_lines() {
 }
 
 /// `dialect`'s `read_file` over the fixture's workspace.
-async fn dialect_read(
-    f: &Fixture,
-    dialect: toolyard_tools::dialect::Dialect,
-    args: Value,
-) -> ToolResult {
-    let tools = toolyard_tools::dialect::tools(&f.env, dialect).expect("tools");
+async fn dialect_read(f: &Fixture, dialect: toolyard_dialects::Dialect, args: Value) -> ToolResult {
+    let tools = toolyard_dialects::tools(&f.env, dialect).expect("tools");
     let read = tools
         .iter()
         .find(|t| t.tool.name() == "read_file")
@@ -392,7 +388,7 @@ async fn dialect_read(
 
 #[tokio::test]
 async fn loom_and_loom_py_read_images_pdfs_and_notebooks_through_the_engine() {
-    use toolyard_tools::dialect::Dialect;
+    use toolyard_dialects::Dialect;
     let f = Fixture::new();
     f.write("dot.png", &png());
     f.write("two.pdf", &pdf(2));
@@ -467,7 +463,7 @@ async fn loom_and_loom_py_read_images_pdfs_and_notebooks_through_the_engine() {
 /// one, and an image result goes without `structuredContent`.
 #[tokio::test]
 async fn every_dialects_reader_returns_a_png_as_an_image_and_declares_no_output_schema() {
-    use toolyard_tools::dialect::Dialect;
+    use toolyard_dialects::Dialect;
     let f = Fixture::new();
     f.write("dot.png", &png());
     let readers: &[(Dialect, &str, Value)] = &[
@@ -487,7 +483,7 @@ async fn every_dialects_reader_returns_a_png_as_an_image_and_declares_no_output_
         ),
     ];
     for dialect in Dialect::ALL {
-        let tools = toolyard_tools::dialect::tools(&f.env, dialect).expect("tools");
+        let tools = toolyard_dialects::tools(&f.env, dialect).expect("tools");
         for t in &tools {
             // Gemini's read_many_files answers text only (binary files are listed as skipped).
             let reads = (t.engine == "read_file" && t.tool.name() != "read_many_files")

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use toolyard_core::{Tool, ToolContext, ToolResult};
-use toolyard_tools::dialect::Dialect;
+use toolyard_dialects::Dialect;
 use toolyard_tools::files::{apply_edit, read_tracked};
 
 mod common;

@@ -19,12 +19,13 @@ use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed
 use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use super::DialectTool;
-use crate::ToolEnv;
-use crate::command::CommandEnv;
-use crate::files::{
+use crate::text::{lines_of, numbered};
+use toolyard_core::Engine;
+use toolyard_tools::ToolEnv;
+use toolyard_tools::command::CommandEnv;
+use toolyard_tools::files::{
     apply_edit, commit_write, expect_for_write, lines_before, read_media, read_tracked,
 };
-use toolyard_core::Engine;
 
 /// Lines of context around an edit in the snippet shown after it (the reference's
 /// `SNIPPET_LINES`).
@@ -224,7 +225,7 @@ impl TextEditor {
         let write = args.command != "view";
         // The full output of a cut command, by the path its note gave (or `output:<id>`).
         if !write
-            && let Some(content) = crate::search::saved::read_all(&self.env, &args.path)
+            && let Some(content) = toolyard_tools::search::saved::read_all(&self.env, &args.path)
                 .map_err(|e| translate(e, &shown, false))?
         {
             return view_text(&args, &shown, &content, ctx);
@@ -290,8 +291,8 @@ impl TextEditor {
         }
         let env = self.env.clone();
         let root = rel.clone();
-        let tree = crate::search::blocking(move || {
-            crate::search::list::tree(&env.workspace, &root, TREE_LIMIT)
+        let tree = toolyard_tools::search::blocking(move || {
+            toolyard_tools::search::list::tree(&env.workspace, &root, TREE_LIMIT)
         })
         .await
         .map_err(|e| translate(e, shown, false))?;
@@ -487,7 +488,7 @@ impl TextEditor {
         let lines = lines_of(&text);
         let start = at.saturating_sub(SNIPPET_LINES);
         let end = (at + SNIPPET_LINES + new.matches('\n').count() + 1).min(lines.len());
-        let snippet = numbered(&lines[start.min(end)..end], start + 1);
+        let snippet = numbered(&lines[start.min(end)..end], start + 1, None);
         Ok(ToolResult::ok(format!(
             "The file {shown} has been edited. Here's the result of running `cat -n` on a snippet of {shown}:\n{snippet}\nReview the changes and make sure they are as expected. Edit the file again if necessary."
         ))
@@ -537,7 +538,7 @@ impl TextEditor {
         let lines = lines_of(&after);
         let start = at.saturating_sub(SNIPPET_LINES);
         let end = (at + inserted + SNIPPET_LINES).min(lines.len());
-        let snippet = numbered(&lines[start.min(end)..end], start + 1);
+        let snippet = numbered(&lines[start.min(end)..end], start + 1, None);
         Ok(ToolResult::ok(format!(
             "The file {shown} has been edited. Here's the result of running `cat -n` on a snippet of the edited file:\n{snippet}\nReview the changes and make sure they are as expected (correct indentation, no duplicate lines, etc). Edit the file again if necessary."
         ))
@@ -598,7 +599,7 @@ impl TextEditor {
                 .read(&RelPath::from_normalized(&out.path))
                 .map_err(|e| translate(e, shown, false))?;
             let text = String::from_utf8_lossy(&content);
-            let body = numbered(&lines_of(&text), 1);
+            let body = numbered(&lines_of(&text), 1, None);
             let (body, _) = clip_chars(&body, ctx.max_output_bytes);
             format!(
                 "Last edit to {shown} undone successfully.{also} Here's the result of running `cat -n` on {shown}:\n{body}\n"
@@ -624,7 +625,7 @@ fn view_text(
         None => (1, n),
         Some(r) => view_window(r, n)?,
     };
-    let body = numbered(&lines[from.saturating_sub(1)..to.min(n)], from);
+    let body = numbered(&lines[from.saturating_sub(1)..to.min(n)], from, None);
     let limit = args
         .max_characters
         .map_or(ctx.max_output_bytes, |m| {
@@ -657,28 +658,6 @@ fn as_text<'a>(content: &'a [u8], shown: &str) -> Result<std::borrow::Cow<'a, st
         ));
     }
     Ok(String::from_utf8_lossy(content))
-}
-
-/// The file's lines as `cat -n` counts them: a final newline ends the last line, it does not
-/// start another; a line's `\r` is not shown.
-fn lines_of(text: &str) -> Vec<&str> {
-    if text.is_empty() {
-        return Vec::new();
-    }
-    let body = text.strip_suffix('\n').unwrap_or(text);
-    body.split('\n')
-        .map(|l| l.strip_suffix('\r').unwrap_or(l))
-        .collect()
-}
-
-/// `lines` as `cat -n` prints them, numbered from `first`; tabs are left as they are.
-fn numbered(lines: &[&str], first: usize) -> String {
-    lines
-        .iter()
-        .enumerate()
-        .map(|(i, l)| format!("{:6}\t{l}", i + first))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The 1-indexed inclusive line window `range` asks for in a file of `n` lines, or the
@@ -850,7 +829,7 @@ pub fn tools(env: &Arc<ToolEnv>, commands: Arc<CommandEnv>) -> Vec<DialectTool> 
             ))),
         ),
     ];
-    if let Some(shell) = crate::process::tools(commands)
+    if let Some(shell) = toolyard_tools::process::tools(commands)
         .into_iter()
         .find(|t| t.name() == "shell")
     {
@@ -873,13 +852,5 @@ mod tests {
         assert_eq!(insert_at(b"a\nb", 2, "x"), b"a\nb\nx");
         assert_eq!(insert_at(b"a\r\nb\r\n", 1, "x\ny"), b"a\r\nx\r\ny\r\nb\r\n");
         assert_eq!(insert_at(b"", 0, "x"), b"x\n");
-    }
-
-    #[test]
-    fn lines_are_counted_like_cat_n() {
-        assert_eq!(lines_of("a\nb\n"), vec!["a", "b"]);
-        assert_eq!(lines_of("a\nb"), vec!["a", "b"]);
-        assert_eq!(lines_of("a\r\n\tb\r\n"), vec!["a", "\tb"]);
-        assert!(lines_of("").is_empty());
     }
 }

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use toolyard_core::{Catalog, Tool};
+use toolyard_dialects::{self as dialect, Dialect};
 use toolyard_tools::ToolEnv;
-use toolyard_tools::dialect::{self, Dialect};
 
 /// A workspace with `files` (path, content) and `dialect`'s tools over it.
 pub struct DialectWorkspace {
