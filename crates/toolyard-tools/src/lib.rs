@@ -12,6 +12,7 @@ pub mod dialect;
 mod env;
 pub mod files;
 pub mod lsp;
+pub mod network_ask;
 pub mod oracle;
 pub mod patch;
 pub mod process;
