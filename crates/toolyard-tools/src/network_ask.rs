@@ -14,7 +14,7 @@ pub const MAX_HOSTS: usize = 16;
 pub struct NetworkAsk {
     /// Hosts the command needs that the catalog's [network] refuses, as `[network] allow` takes
     /// them: `github.com`, `*.example.org` (names below it), `mirror.internal:8443`.
-    #[schemars(length(min = 1, max = 16))]
+    #[schemars(length(min = 1, max = MAX_HOSTS))]
     pub hosts: Vec<String>,
     /// Why the command needs them, in a sentence; the user reads it before approving.
     #[schemars(length(min = 1))]
