@@ -51,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 use toolyard_core::{Progress, ProgressSink, ToolDefinition, ToolResult};
 use toolyard_runner::{CallRequest, Dispatcher};
 
+mod approve;
 #[cfg(feature = "conformance")]
 mod fixtures;
 mod gate;
@@ -105,6 +106,8 @@ struct Shared {
     /// Serve the conformance suite's fixtures too (only with the `conformance` feature).
     #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
     fixtures: bool,
+    /// Network requests asked of 2026-07-28 clients and not answered yet.
+    open_asks: approve::Open,
 }
 
 impl Shared {
@@ -128,6 +131,7 @@ impl Shared {
             forms,
             http,
             fixtures: fixtures_enabled(),
+            open_asks: approve::Open::default(),
         }
     }
 }
@@ -260,14 +264,27 @@ impl ToolyardServer {
         &self,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> CallToolResponse {
         let session = self.session_for(&ctx);
         // A cookie session lives while its client calls; the reaper ends it when idle.
         let _in_flight = session
             .starts_with(COOKIE_SESSION)
             .then(|| self.shared.cookies.begin(&session));
         let tool = request.name.to_string();
-        let args = Value::Object(request.arguments.unwrap_or_default());
+        let arguments = request.arguments.unwrap_or_default();
+        // A network request is asked of the user through this client (see `approve`).
+        let retry = (
+            request.request_state.as_deref(),
+            request.input_responses.as_ref(),
+        );
+        let approver = Arc::new(approve::McpApprover::new(
+            &ctx,
+            &self.shared.open_asks,
+            &tool,
+            &arguments,
+            retry,
+        ));
+        let args = Value::Object(arguments.clone());
         let token = ctx.meta.get_progress_token();
         let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
         let progress: Option<ProgressSink> = token.as_ref().map(|_| {
@@ -284,6 +301,7 @@ impl ToolyardServer {
             // rmcp cancels this token on `notifications/cancelled` and when the connection closes.
             cancel: ctx.ct.clone(),
             progress,
+            approver: Some(approve::shared(&approver)),
         };
         let dispatcher = self.shared.dispatcher.clone();
         // A task of its own: the call finishes (and its cancellation reaches the runner) even if
@@ -306,10 +324,13 @@ impl ToolyardServer {
                 send_progress(&ctx, t, p).await;
             }
         }
+        if let Some(ask) = approver.input_required(&self.shared.open_asks, &tool, &arguments) {
+            return ask.into();
+        }
         let result = result.unwrap_or_else(|e| {
             ToolResult::failure("internal", format!("the call of `{tool}` failed: {e}"))
         });
-        to_call_result(result, self.shared.form(&tool))
+        to_call_result(result, self.shared.form(&tool)).into()
     }
 }
 
@@ -487,7 +508,7 @@ impl ServerHandler for ToolyardServer {
         }
         // An unknown tool is a result the model can read too (it lists the tools that exist):
         // the dispatcher answers it like any other failure.
-        Ok(self.call_dispatcher(request, ctx).await.into())
+        Ok(self.call_dispatcher(request, ctx).await)
     }
 
     #[cfg(feature = "conformance")]

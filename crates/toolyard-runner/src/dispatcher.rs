@@ -89,6 +89,8 @@ pub struct CallRequest {
     pub cancel: CancellationToken,
     /// Where progress reports go, if the caller wants them.
     pub progress: Option<ProgressSink>,
+    /// Who asks the user about the call's network request (`None`: nobody can).
+    pub approver: Option<Arc<dyn crate::network_request::Approver>>,
 }
 
 impl CallRequest {
@@ -100,6 +102,7 @@ impl CallRequest {
             args,
             cancel: CancellationToken::new(),
             progress: None,
+            approver: None,
         }
     }
 }
@@ -409,7 +412,7 @@ impl Dispatcher {
     /// execution. Every failure, an unknown tool or a timeout included, is a result.
     pub async fn call(&self, req: CallRequest) -> ToolResult {
         let (session, tool, args) = (req.session.clone(), req.tool.clone(), req.args.clone());
-        let mut result = self.call_once(req).await;
+        let mut result = crate::network_request::scope(self.call_once(req)).await;
         self.repeats.note(&session, &tool, &args, &mut result);
         result
     }
@@ -419,6 +422,9 @@ impl Dispatcher {
             Ok(admitted) => admitted,
             Err(e) => return e.into(),
         };
+        if let Err(e) = crate::network_request::admit(self, &req).await {
+            return e.into();
+        }
         let call_id = self.next_call_id();
         let after = (
             entry.engine.name(),
@@ -562,6 +568,7 @@ impl Dispatcher {
 
     /// Kill the background processes of `session` (its client disconnected), in every lane.
     pub async fn end_session(&self, session: &str) {
+        crate::network_request::end_session(self, session);
         match &self.router {
             Some(router) => router.end_session(session).await,
             None => {

@@ -13,6 +13,7 @@ mod lane_exec;
 mod layers;
 pub mod link;
 mod lsp;
+pub mod network_request;
 pub mod process;
 pub mod protocol;
 mod remote;

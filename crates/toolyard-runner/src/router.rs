@@ -314,6 +314,9 @@ impl Router {
         mutating: bool,
     ) -> ToolResult {
         let since = std::time::Instant::now();
+        // The hosts approved for this call (and its session, and the workspace) are let
+        // through while it runs.
+        let _approved = crate::network_request::hold(conn.egress.as_deref());
         let mut result = self
             .submit_raw(conn, lane, job, cancel, progress, mutating)
             .await;

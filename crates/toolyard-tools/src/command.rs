@@ -54,6 +54,9 @@ pub struct RunCommandArgs {
     /// Return after this many milliseconds if it is still running, with its output so far
     /// and `data.process_id`, instead of killing it (default with `background`: 1000).
     pub yield_ms: Option<u64>,
+    /// Hosts the command needs beyond the catalog's [network], if the user approves.
+    #[schemars(description = crate::network_ask::DESCRIPTION)]
+    pub network: Option<crate::network_ask::NetworkAsk>,
 }
 
 /// Arguments of `build`, `test` and `validate`.
@@ -65,6 +68,9 @@ pub struct ProjectCommandArgs {
     /// Time limit in milliseconds (default and ceiling from the catalog).
     #[schemars(range(min = 1))]
     pub timeout_ms: Option<u64>,
+    /// Hosts the command needs beyond the catalog's [network], if the user approves.
+    #[schemars(description = crate::network_ask::DESCRIPTION)]
+    pub network: Option<crate::network_ask::NetworkAsk>,
 }
 
 pub use toolyard_exec::env::ANSWER_AFTER_ENV;

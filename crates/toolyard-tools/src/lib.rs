@@ -12,6 +12,7 @@ pub mod custom;
 mod env;
 pub mod files;
 pub mod lsp;
+pub mod network_ask;
 pub mod oracle;
 pub mod patch;
 pub mod process;

@@ -497,6 +497,9 @@ pub struct ShellArgs {
     pub timeout_ms: Option<u64>,
     /// Start a fresh shell first (the old one and everything it ran is killed).
     pub restart: Option<bool>,
+    /// Hosts the command needs beyond the catalog's [network], if the user approves.
+    #[schemars(description = crate::network_ask::DESCRIPTION)]
+    pub network: Option<crate::network_ask::NetworkAsk>,
 }
 
 fn signal_number(name: &str) -> Result<i32, ToolError> {

@@ -774,6 +774,19 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode> {
     let network: toolyard_egress::NetworkConfig = catalog.section("network")?;
     out!("  [network]: {}", network.describe());
     out!(
+        "  network requests: a command tool's `network: {{hosts, reason}}` gets hosts [network] \
+         refuses only when you approve them through your MCP client (elicitation: this call, \
+         this session, or always for this workspace, kept in the state directory's {}, which \
+         commands can neither read nor write); refused, with the catalog line to add, where the \
+         client cannot ask (the CLI, a client without elicitation); an approval never lifts \
+         [network] deny or the internal addresses",
+        toolyard_runner::network_request::STORE_FILE
+    );
+    out!(
+        "  [remote] runners: no gate (the container's or pod's own network applies; [network] \
+         and approvals do not)"
+    );
+    out!(
         "  every lane: writes only in the workspace, the runner's temp dir and the private tool \
          caches (Landlock; renames and links across directories work), Toolyard's state \
          neither readable nor writable by commands, secrets scrubbed from the environment, each \
