@@ -586,7 +586,7 @@ impl BgProcess {
         s.total += chunk.len() as u64;
         if let Some((path, file)) = &mut s.log {
             // Capped like any saved output, with a line saying where it stopped.
-            let room = usize::try_from(crate::exec::MAX_SAVED_BYTES.saturating_sub(before))
+            let room = usize::try_from(crate::spill::MAX_SAVED_BYTES.saturating_sub(before))
                 .unwrap_or(usize::MAX);
             let full = room <= chunk.len();
             let written = file

@@ -5,7 +5,7 @@
 //! rlimits). The command policy lives in `toolyard-policy`.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), toolyard_core::ToolError> {
+//! # async fn demo() -> Result<(), toolyard_exec::ExecError> {
 //! use std::time::Duration;
 //! use toolyard_exec::exec::{ExecRequest, run};
 //!
@@ -22,13 +22,16 @@
 pub mod background;
 mod domain;
 pub mod env;
+mod error;
 pub mod exec;
 mod fd;
 pub mod protect;
 pub mod sandbox;
 mod spawn;
+mod spill;
 mod tree;
 
 pub use env::{EnvPolicy, ExecConfig, Terminal, hide_secrets_from_proc};
+pub use error::ExecError;
 pub use exec::{ExecOutcome, ExecProgress, ExecRequest, Ran, Running, Streams, run, run_or_answer};
 pub use tree::{FORCE_MECHANISM_ENV, tree_kill_mechanism};

@@ -4,12 +4,11 @@
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use toolyard_core::ToolError;
-
+use crate::error::ExecError;
 use crate::tree::{self, Mechanism, NsSpawned, NsStdio};
 
 /// How long a timed-out command has between SIGTERM and SIGKILL: enough for git or a package
@@ -25,6 +24,8 @@ pub(crate) struct ShellCommand {
     /// `NAME=value` strings.
     env: Vec<CString>,
     cwd: CString,
+    /// The working directory as a path, for errors.
+    dir: PathBuf,
 }
 
 impl ShellCommand {
@@ -34,11 +35,8 @@ impl ShellCommand {
         command: &str,
         cwd: &Path,
         env: impl IntoIterator<Item = (OsString, OsString)>,
-    ) -> Result<Self, ToolError> {
-        let c = |s: &[u8], what: &str| {
-            CString::new(s)
-                .map_err(|_| ToolError::InvalidArguments(format!("{what} contains a NUL byte")))
-        };
+    ) -> Result<Self, ExecError> {
+        let c = |s: &[u8], what: &'static str| CString::new(s).map_err(|_| ExecError::Nul(what));
         let args = [
             CString::from(c"/bin/sh"),
             CString::from(c"-c"),
@@ -53,8 +51,14 @@ impl ShellCommand {
                 c(&kv, "an environment variable")
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let cwd_path = cwd;
         let cwd = c(cwd.as_os_str().as_bytes(), "the working directory")?;
-        Ok(Self { args, env, cwd })
+        Ok(Self {
+            args,
+            env,
+            cwd,
+            dir: cwd_path.to_path_buf(),
+        })
     }
 
     /// Start it as PID 2 of a new PID namespace (inside a new user namespace with `user_ns`)
@@ -65,7 +69,7 @@ impl ShellCommand {
         stdio: NsStdio,
         user_ns: bool,
         die_with_parent: bool,
-    ) -> Result<NsSpawned, ToolError> {
+    ) -> Result<NsSpawned, ExecError> {
         let cmd = tree::NsCommand {
             program: &self.args[0],
             args: &self.args,
@@ -74,8 +78,10 @@ impl ShellCommand {
             stdio: Some(stdio),
             die_with_parent,
         };
-        tree::spawn_in_pid_namespace(&cmd, user_ns)
-            .map_err(|e| ToolError::Io(format!("cannot start `sh -c`: {e}")))
+        tree::spawn_in_pid_namespace(&cmd, user_ns).map_err(|source| ExecError::Start {
+            cwd: self.dir.clone(),
+            source,
+        })
     }
 }
 

@@ -212,25 +212,56 @@ fn wrapper_spec(name: &str) -> Option<Spec> {
 /// `stdin_words` are the words an `echo ... |` before `xargs` feeds it.
 pub(crate) fn unwrap(name: &str, args: &[Word], stdin_words: Option<Vec<Word>>) -> Option<Inner> {
     let spec = wrapper_spec(name)?;
-    // `su [user] -c CMD`, `runuser -l bob -c CMD`: options may follow the user name.
-    if matches!(name, "su" | "runuser" | "sg") {
-        for (j, w) in args.iter().enumerate() {
-            let Some(t) = w.literal() else { continue };
-            if t == "--" {
-                break;
-            }
-            if let Some(v) = t.strip_prefix("--command=") {
-                return Some(Inner::Script(vec![Word::lit(v)]));
-            }
-            if t == "--command"
-                || (t.len() > 1 && t.starts_with('-') && !t.starts_with("--") && t.ends_with('c'))
-            {
-                return Some(Inner::Script(
-                    args.get(j + 1).cloned().into_iter().collect(),
-                ));
-            }
+    if let Some(inner) = su_command(name, args) {
+        return Some(inner);
+    }
+    let opts = match options(name, &spec, args) {
+        Ok(opts) => opts,
+        Err(inner) => return Some(inner),
+    };
+    let rest = operands(name, &spec, args, opts.next);
+    Some(inner_of(name, &spec, rest, opts, stdin_words))
+}
+
+/// `su [user] -c CMD`, `runuser -l bob -c CMD`: options may follow the user name.
+fn su_command(name: &str, args: &[Word]) -> Option<Inner> {
+    if !matches!(name, "su" | "runuser" | "sg") {
+        return None;
+    }
+    for (j, w) in args.iter().enumerate() {
+        let Some(t) = w.literal() else { continue };
+        if t == "--" {
+            break;
+        }
+        if let Some(v) = t.strip_prefix("--command=") {
+            return Some(Inner::Script(vec![Word::lit(v)]));
+        }
+        if t == "--command"
+            || (t.len() > 1 && t.starts_with('-') && !t.starts_with("--") && t.ends_with('c'))
+        {
+            return Some(Inner::Script(
+                args.get(j + 1).cloned().into_iter().collect(),
+            ));
         }
     }
+    None
+}
+
+/// What the options before the wrapped command said.
+struct Options {
+    /// The index of the first word after them.
+    next: usize,
+    /// An option makes the wrapper run a shell (`sudo -s`, `su -l`).
+    shell: bool,
+    /// `--exec` (`watch -x`): the rest is a command, not a script.
+    exec_mode: bool,
+    /// `xargs -I R`: the word replaced by each input word.
+    replace: Option<String>,
+}
+
+/// Walk the wrapper's options; `Err` with the answer when an option settles it (a script
+/// argument, a flag that stops the wrapper running anything).
+fn options(name: &str, spec: &Spec, args: &[Word]) -> Result<Options, Inner> {
     let mut i = 0;
     let mut shell = false;
     let mut exec_mode = false;
@@ -251,7 +282,7 @@ pub(crate) fn unwrap(name: &str, args: &[Word], stdin_words: Option<Vec<Word>>) 
                 let script = value
                     .map(|v| vec![Word::lit(&v)])
                     .or_else(|| args.get(i + 1).map(|w| vec![w.clone()]));
-                return Some(Inner::Script(script.unwrap_or_default()));
+                return Err(Inner::Script(script.unwrap_or_default()));
             }
             if key == "--replace" {
                 replace = Some(value.clone().unwrap_or_else(|| "{}".into()));
@@ -273,7 +304,7 @@ pub(crate) fn unwrap(name: &str, args: &[Word], stdin_words: Option<Vec<Word>>) 
         let mut skip = 1;
         for (j, c) in flags.iter().enumerate() {
             if spec.stop.contains(*c) {
-                return Some(Inner::Nothing);
+                return Err(Inner::Nothing);
             }
             if spec.shell.contains(*c) {
                 shell = true;
@@ -293,7 +324,7 @@ pub(crate) fn unwrap(name: &str, args: &[Word], stdin_words: Option<Vec<Word>>) 
                     let from = if attached.is_empty() { i + 2 } else { i + 1 };
                     script.extend(args.iter().skip(from).cloned());
                 }
-                return Some(Inner::Script(script));
+                return Err(Inner::Script(script));
             }
             if name == "xargs" && (*c == 'I' || *c == 'i') {
                 replace = Some(if !attached.is_empty() {
@@ -315,6 +346,17 @@ pub(crate) fn unwrap(name: &str, args: &[Word], stdin_words: Option<Vec<Word>>) 
         }
         i += skip;
     }
+    Ok(Options {
+        next: i,
+        shell,
+        exec_mode,
+        replace,
+    })
+}
+
+/// The wrapped command's words: after `NAME=VALUE` words (`env A=1`), `env -` and the
+/// wrapper's positionals (`timeout 5`), from index `i`.
+fn operands(name: &str, spec: &Spec, args: &[Word], mut i: usize) -> Vec<Word> {
     if name == "env" || spec.assignments {
         while args
             .get(i)
@@ -329,7 +371,17 @@ pub(crate) fn unwrap(name: &str, args: &[Word], stdin_words: Option<Vec<Word>>) 
         i += 1;
     }
     i += spec.positionals;
-    let rest: Vec<Word> = args.get(i..).map(<[Word]>::to_vec).unwrap_or_default();
+    args.get(i..).map(<[Word]>::to_vec).unwrap_or_default()
+}
+
+/// What the wrapped command is, from its words `rest` and the wrapper's options.
+fn inner_of(
+    name: &str,
+    spec: &Spec,
+    rest: Vec<Word>,
+    opts: Options,
+    stdin_words: Option<Vec<Word>>,
+) -> Inner {
     // `flock FILE -c CMD`, `sg GROUP -c CMD`.
     if !spec.script_arg.is_empty()
         && rest
@@ -337,18 +389,18 @@ pub(crate) fn unwrap(name: &str, args: &[Word], stdin_words: Option<Vec<Word>>) 
             .and_then(Word::literal)
             .is_some_and(|t| t == "-c" || t == "--command")
     {
-        return Some(Inner::Script(rest.get(1).cloned().into_iter().collect()));
+        return Inner::Script(rest.get(1).cloned().into_iter().collect());
     }
     match name {
-        "su" | "runuser" if rest.is_empty() || name == "su" => return Some(Inner::ShellStdin),
+        "su" | "runuser" if rest.is_empty() || name == "su" => return Inner::ShellStdin,
         "sg" | "ssh" => {
-            return Some(if rest.is_empty() {
+            return if rest.is_empty() {
                 Inner::Nothing
             } else {
                 Inner::Script(rest)
-            });
+            };
         }
-        "watch" if !exec_mode => return Some(Inner::Script(rest)),
+        "watch" if !opts.exec_mode => return Inner::Script(rest),
         "xargs" => {
             let cmd = if rest.is_empty() {
                 vec![Word::lit("echo")]
@@ -356,7 +408,7 @@ pub(crate) fn unwrap(name: &str, args: &[Word], stdin_words: Option<Vec<Word>>) 
                 rest
             };
             let input = stdin_words.unwrap_or_default();
-            let cmds = match replace {
+            let cmds = match opts.replace {
                 Some(r) if !input.is_empty() => input
                     .iter()
                     .take(32)
@@ -374,21 +426,21 @@ pub(crate) fn unwrap(name: &str, args: &[Word], stdin_words: Option<Vec<Word>>) 
                     .collect(),
                 _ => vec![cmd.into_iter().chain(input).collect()],
             };
-            return Some(Inner::Cmds(cmds, InnerStdin::Consumed));
+            return Inner::Cmds(cmds, InnerStdin::Consumed);
         }
         _ => {}
     }
-    if shell {
-        return Some(if rest.is_empty() {
+    if opts.shell {
+        return if rest.is_empty() {
             Inner::ShellStdin
         } else {
             Inner::Script(rest)
-        });
+        };
     }
     if rest.is_empty() {
-        return Some(Inner::Nothing);
+        return Inner::Nothing;
     }
-    Some(Inner::Cmds(vec![rest], InnerStdin::Same))
+    Inner::Cmds(vec![rest], InnerStdin::Same)
 }
 
 fn is_assignment(t: &str) -> bool {
