@@ -15,8 +15,6 @@ pub mod lsp;
 pub mod oracle;
 pub mod patch;
 pub mod process;
-pub mod records;
-pub mod remote;
 pub mod search;
 pub mod task;
 pub mod undo;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 use toolyard_core::ToolError;
 
-use crate::state::StateDir;
+use toolyard_workspace::StateDir;
 
 /// How long a statement waits for another process's lock before it gives up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -130,10 +130,11 @@ pub(crate) fn ensure_schema(
     tx.commit().map_err(db_err)
 }
 
-/// Lock a connection; a panic in another thread leaves it usable (its transaction rolled back
-/// when the guard's `Transaction` dropped), so poisoning is not an error here.
-pub(crate) fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
-    conn.lock().unwrap_or_else(PoisonError::into_inner)
+/// Lock a mutex of this crate; a panic in another thread leaves what it guards usable (a
+/// connection's transaction rolled back when the guard's `Transaction` dropped; the ledger's
+/// maps hold whole entries), so poisoning is not an error here.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A database error as a tool error.
