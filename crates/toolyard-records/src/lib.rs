@@ -8,6 +8,7 @@
 //! disk, or a remote runner's workspace).
 
 mod db;
+mod error;
 mod journal;
 mod ledger;
 pub mod op;
@@ -15,6 +16,7 @@ mod records;
 mod remote;
 mod undo;
 
+pub use error::RecordsError;
 pub use journal::{
     CHUNK_SIZE, Change, ChangeFilter, ChangeId, ChangeStatus, CommandCall, CommandEntry,
     CommandJournaled, CommandRecord, CommandsConfig, DEFAULT_EXCLUDED, DEFAULT_MAX_AGE_DAYS,

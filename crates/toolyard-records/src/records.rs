@@ -655,3 +655,61 @@ impl LocalRecords {
         Ok(undone)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::executor::block_on;
+    use toolyard_workspace::StateDir;
+
+    fn records() -> (tempfile::TempDir, LocalRecords) {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("ws")).unwrap();
+        let ws = Workspace::open(&tmp.path().join("ws")).unwrap();
+        let state = StateDir::at(&tmp.path().join("state"), ws.root()).unwrap();
+        let records = LocalRecords::new(
+            Arc::new(ws),
+            Ledger::open(&state).unwrap(),
+            Journal::open(&state).unwrap(),
+        );
+        (tmp, records)
+    }
+
+    #[test]
+    fn an_op_with_a_path_outside_the_workspace_is_refused_whatever_the_op() {
+        let (_tmp, r) = records();
+        for path in ["../a", "/etc/passwd", "a//b", "a/./b"] {
+            let ops = [
+                RecordOp::RecordRead {
+                    session: "s".into(),
+                    path: path.into(),
+                    hash: "h".into(),
+                },
+                RecordOp::UndoLast {
+                    session: "s".into(),
+                    call_id: "c".into(),
+                    path: path.into(),
+                },
+            ];
+            for op in ops {
+                let reply = block_on(r.apply(op));
+                assert!(
+                    matches!(&reply, Reply::Err(ToolError::PathOutsideWorkspace { .. })),
+                    "{path}: {reply:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_recorded_through_an_op_lets_the_same_session_write_and_no_other() {
+        let (_tmp, r) = records();
+        let a = RelPath::from_normalized("a.txt");
+        block_on(r.record_read("s", &a, "h1")).unwrap();
+        block_on(r.check_write("s", &a, "h1")).unwrap();
+        let stale = block_on(r.check_write("s", &a, "h2")).unwrap_err();
+        assert!(matches!(stale, ToolError::StaleRead { .. }), "{stale:?}");
+        let other = block_on(r.check_write("t", &a, "h1")).unwrap_err();
+        assert!(matches!(other, ToolError::NotRead { .. }), "{other:?}");
+    }
+}

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use toolyard_core::ToolError;
 use toolyard_workspace::Workspace;
 
+use crate::error::RecordsError;
 pub use crate::journal::Checked;
 use crate::journal::{Change, ChangeId, ChangeStatus, EntryKind, Journal, PreImage, UndoOutcome};
 use crate::remote::{MAX_REMOTE_FILE_BYTES, RemoteFiles};
@@ -355,7 +356,10 @@ fn old_content(journal: &Journal, target: &Change) -> Result<Option<Vec<u8>>, To
     reader
         .take(MAX_REMOTE_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| ToolError::Io(format!("reading change {id} from the journal: {e}")))?;
+        .map_err(|source| RecordsError::ReadBack {
+            change: id.0,
+            source,
+        })?;
     if bytes.len() as u64 > MAX_REMOTE_FILE_BYTES {
         return Err(ToolError::Unavailable(format!(
             "the content before change {id} is over {MAX_REMOTE_FILE_BYTES} bytes, more than an undo sends to a remote runner; restore {} with run_command instead",

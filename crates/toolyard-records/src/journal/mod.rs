@@ -57,6 +57,7 @@ use toolyard_core::ToolError;
 use toolyard_workspace::{ContentHash, Expect, RelPath, StateDir, Workspace, WriteOutcome, flock};
 
 use crate::db::{self, Durability, db_err};
+use crate::error::RecordsError;
 use crate::remote::FileState;
 
 mod query;

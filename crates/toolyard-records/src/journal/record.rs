@@ -64,8 +64,7 @@ impl Journal {
             },
             None => Old::Absent,
         };
-        let rec =
-            self.insert_pending(p, old, pre.mode, &|e| ToolError::Io(format!("{path}: {e}")))?;
+        let rec = self.insert_pending(p, old, pre.mode, &|source| read_err(&path, source))?;
         Ok(rec.id)
     }
 
@@ -226,7 +225,7 @@ impl Journal {
                     .map_err(db_err)?;
                 }
                 let path = e.path.clone();
-                let read_err = move |err: io::Error| ToolError::Io(format!("{path}: {err}"));
+                let read_err = move |source: io::Error| read_err(&path, source);
                 match kind {
                     EntryKind::File | EntryKind::Symlink => {
                         store_content(&tx, id, &mut &e.old_content[..], &read_err)?;

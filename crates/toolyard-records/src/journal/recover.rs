@@ -63,8 +63,10 @@ impl Journal {
             Some(f) => f,
             None => open_owner_lock(&self.owner_path)?,
         };
-        let lock_err =
-            |e: io::Error| ToolError::Io(format!("cannot lock {}: {e}", self.owner_path.display()));
+        let lock_err = |source: io::Error| RecordsError::Lock {
+            path: self.owner_path.clone(),
+            source,
+        };
         let alone = flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(lock_err)?;
         let settled = if alone {
             work()
@@ -121,7 +123,13 @@ pub(super) fn open_owner_lock(path: &std::path::Path) -> Result<File, ToolError>
         .truncate(false)
         .mode(0o600)
         .open(path)
-        .map_err(|e| ToolError::Io(format!("cannot open {}: {e}", path.display())))
+        .map_err(|source| {
+            RecordsError::Open {
+                path: path.to_path_buf(),
+                source,
+            }
+            .into()
+        })
 }
 
 /// Hold `file` shared, waiting (bounded) while another process holds it to recover. Best

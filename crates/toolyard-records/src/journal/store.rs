@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// `path`'s previous content could not be read into the journal.
+pub(super) fn read_err(path: &str, source: io::Error) -> ToolError {
+    RecordsError::Read {
+        path: path.into(),
+        source,
+    }
+    .into()
+}
+
 impl Journal {
     /// Apply retention now (it also runs at open and every few records); returns how many
     /// changes were deleted. Pending changes are never deleted.

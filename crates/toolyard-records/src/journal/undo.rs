@@ -257,7 +257,7 @@ impl Journal {
             new_mode: target.new_mode.and(target.old_mode),
         };
         let shown = target.path.clone();
-        let read_err = move |e: io::Error| ToolError::Io(format!("{shown}: {e}"));
+        let read_err = move |source: io::Error| read_err(&shown, source);
         let mut bytes = pre.content.unwrap_or_default();
         let old = match EntryKind::of_hash(state) {
             EntryKind::Dir => Old::Dir,
