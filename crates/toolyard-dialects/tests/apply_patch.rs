@@ -432,7 +432,7 @@ async fn a_change_may_join_and_roll_back_only_its_own_call_s_group() {
             .journal_begin_removal("s2", "call-a", "apply_patch", &rel, Some(first))
             .await,
     );
-    let pre = toolyard_workspace::PreImage {
+    let pre = toolyard_records::PreImage {
         content: Some(b"B\n"),
         mode: Some(0o644),
     };

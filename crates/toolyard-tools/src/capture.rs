@@ -30,7 +30,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use toolyard_core::ToolError;
-use toolyard_workspace::{
+use toolyard_records::{
     CommandEntry, CommandRecord, CommandsConfig, DEFAULT_EXCLUDED, DEFAULT_MAX_CALL_BYTES,
     DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_STORE_BYTES, DIR_HASH, JournalConfig, Skipped,
     symlink_hash,

@@ -16,8 +16,6 @@ pub mod network_ask;
 pub mod oracle;
 pub mod patch;
 pub mod process;
-pub mod records;
-pub mod remote;
 pub mod search;
 pub mod task;
 pub mod undo;

@@ -874,12 +874,12 @@ fn is_remote(catalog: &Catalog) -> Result<bool> {
 fn journal(
     ws: Option<&Path>,
     remote: bool,
-) -> Result<(toolyard_workspace::Workspace, toolyard_workspace::Journal)> {
+) -> Result<(toolyard_workspace::Workspace, toolyard_records::Journal)> {
     let workspace = toolyard_workspace::Workspace::open(&workspace_root(ws)?)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let state = toolyard_workspace::StateDir::for_workspace(workspace.root())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let journal = toolyard_workspace::Journal::open(&state).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let journal = toolyard_records::Journal::open(&state).map_err(|e| anyhow::anyhow!("{e}"))?;
     if !remote {
         journal
             .recover(&workspace)
@@ -892,7 +892,7 @@ fn log(args: LogArgs) -> Result<ExitCode> {
     let remote = is_remote(&load_catalog(args.catalog.as_deref())?)?;
     let (ws, journal) = journal(args.ws.workspace.as_deref(), remote)?;
     let changes = journal
-        .list(&toolyard_workspace::ChangeFilter {
+        .list(&toolyard_records::ChangeFilter {
             session: args.session.clone(),
             path: args.path,
             status: None,
@@ -911,7 +911,7 @@ fn log(args: LogArgs) -> Result<ExitCode> {
         out!("none recorded");
     }
     for c in changes {
-        use toolyard_workspace::EntryKind;
+        use toolyard_records::EntryKind;
         let mut what = match (&c.undoes, c.existed, &c.new_hash) {
             (Some(u), _, _) => format!("undo of #{}", u.0),
             (None, false, _) => "created".to_string(),
@@ -979,7 +979,7 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
     let remote = is_remote(&load_catalog(args.catalog.as_deref())?)?;
     let (ws, journal) = journal(args.ws.workspace.as_deref(), remote)?;
     let id = match (args.change_id, &args.session) {
-        (Some(id), _) => toolyard_workspace::ChangeId(id),
+        (Some(id), _) => toolyard_records::ChangeId(id),
         (None, Some(s)) => journal
             .last_of_session(s)
             .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -991,8 +991,8 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
                 )
             })?,
         (None, None) => journal
-            .list(&toolyard_workspace::ChangeFilter {
-                status: Some(toolyard_workspace::ChangeStatus::Done),
+            .list(&toolyard_records::ChangeFilter {
+                status: Some(toolyard_records::ChangeStatus::Done),
                 ..Default::default()
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -1006,8 +1006,11 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
                 )
             })?,
     };
-    let undone = if remote {
-        // The runner holds the files: undo through a dispatcher, which reaches it.
+    // The one undo: the changes one call made together (an apply_patch) are undone together,
+    // on this disk or, when the runner holds the files, through a dispatcher, which reaches it.
+    // Lives while the undo runs: the records reach the runner through its router.
+    let dispatcher;
+    let records = if remote {
         drop(journal);
         let common = Common {
             workspace: args.ws.workspace.clone(),
@@ -1016,19 +1019,23 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
             profile: toolyard_core::ALL_PROFILE.into(),
             inline: false,
         };
-        let dispatcher = dispatcher(&common)?;
-        let local = dispatcher
+        dispatcher = self::dispatcher(&common)?;
+        dispatcher
             .env()
             .local
             .clone()
-            .context("internal: the server keeps no journal")?;
-        runtime()?.block_on(toolyard_tools::undo::undo_change(
-            &local, id, "cli", "cli-undo", args.force,
-        ))
+            .context("internal: the server keeps no journal")?
     } else {
-        // The changes one call made together (an apply_patch) are undone together.
-        journal.undo_group(&ws, id, "cli", "cli-undo", args.force)
+        let state = toolyard_workspace::StateDir::for_workspace(ws.root())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ledger = toolyard_records::Ledger::open(&state).map_err(|e| anyhow::anyhow!("{e}"))?;
+        std::sync::Arc::new(toolyard_records::LocalRecords::new(
+            std::sync::Arc::new(ws),
+            ledger,
+            journal,
+        ))
     };
+    let undone = runtime()?.block_on(records.undo(id, "cli", "cli-undo", args.force));
     match undone {
         Ok(undone) => {
             for out in &undone {

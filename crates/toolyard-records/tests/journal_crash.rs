@@ -8,9 +8,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use toolyard_workspace::{
-    ChangeFilter, ChangeStatus, Expect, Journal, NewChange, StateDir, Workspace, hash_bytes,
-};
+use toolyard_records::{ChangeFilter, ChangeStatus, Journal, NewChange};
+use toolyard_workspace::{Expect, StateDir, Workspace, hash_bytes};
 
 const FILES: usize = 4;
 const CHILD_ENV: &str = "TOOLYARD_JOURNAL_CRASH_CHILD";

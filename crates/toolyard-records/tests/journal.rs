@@ -7,9 +7,8 @@ use std::io::Read;
 
 use common::Fixture;
 use proptest::prelude::*;
-use toolyard_workspace::{
-    ChangeFilter, ChangeId, ChangeStatus, Expect, Journal, JournalConfig, NewChange, hash_bytes,
-};
+use toolyard_records::{ChangeFilter, ChangeId, ChangeStatus, Journal, JournalConfig, NewChange};
+use toolyard_workspace::{Expect, hash_bytes};
 
 fn all_bytes() -> Vec<u8> {
     (0..=255u8).chain((0..=255u8).rev()).collect()
@@ -763,7 +762,7 @@ fn a_shipped_pre_image_is_journaled_without_reading_this_disk() {
     let id = j
         .record_preimage(
             change,
-            &toolyard_workspace::PreImage {
+            &toolyard_records::PreImage {
                 content: Some(old),
                 mode: Some(0o640),
             },
@@ -787,7 +786,7 @@ fn a_shipped_pre_image_is_journaled_without_reading_this_disk() {
     let created = j
         .record_preimage(
             change,
-            &toolyard_workspace::PreImage {
+            &toolyard_records::PreImage {
                 content: None,
                 mode: None,
             },

@@ -6,7 +6,8 @@ mod common;
 use std::io::{Read, Write};
 
 use common::Fixture;
-use toolyard_workspace::{Journal, hash_reader};
+use toolyard_records::Journal;
+use toolyard_workspace::hash_reader;
 
 const SIZE: usize = 100 << 20;
 

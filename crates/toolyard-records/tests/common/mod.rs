@@ -4,9 +4,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use toolyard_workspace::{
-    ChangeId, Expect, Journal, NewChange, RelPath, StateDir, Workspace, hash_bytes,
-};
+use toolyard_records::{ChangeId, Journal, NewChange};
+use toolyard_workspace::{Expect, RelPath, StateDir, Workspace, hash_bytes};
 
 /// A temporary workspace (`ws/`) and state directory (`state/`).
 pub struct Fixture {

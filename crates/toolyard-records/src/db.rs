@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use toolyard_core::ToolError;
+use toolyard_workspace::StateDir;
 
-use crate::state::StateDir;
+use crate::error::RecordsError;
 
 /// How long a statement waits for another process's lock before it gives up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -23,7 +24,7 @@ pub(crate) enum Durability {
 
 /// Open `state.db` with the pragmas every user needs: WAL (readers never block the writer),
 /// a busy timeout (concurrent processes wait instead of failing), and the given durability.
-pub(crate) fn open(state: &StateDir, durability: Durability) -> Result<Connection, ToolError> {
+pub(crate) fn open(state: &StateDir, durability: Durability) -> Result<Connection, RecordsError> {
     // Several processes (or threads) opening a new database at once can meet SQLITE_BUSY where
     // the busy handler is not consulted (setting up WAL, recovering it): try again briefly.
     let mut tries = 0;
@@ -33,11 +34,11 @@ pub(crate) fn open(state: &StateDir, durability: Durability) -> Result<Connectio
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(10));
             }
-            Err(e) => {
-                return Err(ToolError::Io(format!(
-                    "cannot open {}: {e}",
-                    state.db_path().display()
-                )));
+            Err(source) => {
+                return Err(RecordsError::OpenDb {
+                    path: state.db_path(),
+                    source,
+                });
             }
             Ok(conn) => return Ok(conn),
         }
@@ -91,52 +92,51 @@ pub(crate) fn ensure_schema(
     version: i64,
     ddl: &str,
     migrations: &[&str],
-) -> Result<(), ToolError> {
-    let tx = conn
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .map_err(db_err)?;
+) -> Result<(), RecordsError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let found: Option<i64> = tx
         .query_row(
             "SELECT version FROM toolyard_schema WHERE component = ?1",
             params![component],
             |r| r.get(0),
         )
-        .optional()
-        .map_err(db_err)?;
+        .optional()?;
     match found {
         Some(v) if v == version => {}
         Some(v) if v > version => {
-            return Err(ToolError::Unavailable(format!(
-                "state.db holds {component} schema version {v}, newer than this Toolyard understands ({version}); upgrade Toolyard or set TOOLYARD_STATE_DIR elsewhere"
-            )));
+            return Err(RecordsError::NewerSchema {
+                component: component.into(),
+                found: v,
+                known: version,
+            });
         }
         found => {
             if let Some(from) = found {
                 let first = usize::try_from(from.max(1) - 1).unwrap_or(0);
                 for step in migrations.iter().skip(first) {
-                    tx.execute_batch(step).map_err(db_err)?;
+                    tx.execute_batch(step)?;
                 }
                 tracing::info!(component, from, to = version, "upgraded the state database");
             }
-            tx.execute_batch(ddl).map_err(db_err)?;
+            tx.execute_batch(ddl)?;
             tx.execute(
                 "INSERT INTO toolyard_schema (component, version) VALUES (?1, ?2)
                  ON CONFLICT (component) DO UPDATE SET version = excluded.version",
                 params![component, version],
-            )
-            .map_err(db_err)?;
+            )?;
         }
     }
-    tx.commit().map_err(db_err)
+    tx.commit().map_err(RecordsError::Db)
 }
 
-/// Lock a connection; a panic in another thread leaves it usable (its transaction rolled back
-/// when the guard's `Transaction` dropped), so poisoning is not an error here.
-pub(crate) fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
-    conn.lock().unwrap_or_else(PoisonError::into_inner)
+/// Lock a mutex of this crate; a panic in another thread leaves what it guards usable (a
+/// connection's transaction rolled back when the guard's `Transaction` dropped; the ledger's
+/// maps hold whole entries), so poisoning is not an error here.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A database error as a tool error.
 pub(crate) fn db_err(e: rusqlite::Error) -> ToolError {
-    ToolError::Io(format!("state database: {e}"))
+    RecordsError::Db(e).into()
 }

@@ -11,10 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rusqlite::{Connection, OptionalExtension, params};
 use toolyard_core::ToolError;
 
-use crate::confine::RelPath;
+use toolyard_workspace::{ContentHash, RelPath, StateDir};
+
 use crate::db::{self, Durability, db_err};
-use crate::hash::ContentHash;
-use crate::state::StateDir;
 
 const SCHEMA_VERSION: i64 = 1;
 

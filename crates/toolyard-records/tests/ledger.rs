@@ -3,7 +3,8 @@
 mod common;
 
 use common::Fixture;
-use toolyard_workspace::{Ledger, LedgerLimits, hash_bytes};
+use toolyard_records::{Ledger, LedgerLimits};
+use toolyard_workspace::hash_bytes;
 
 #[test]
 fn a_read_recorded_by_one_process_is_seen_by_another() {
