@@ -454,3 +454,53 @@ fn codex_apply_patch_and_undo_report_their_diagnostics() {
     let r = m.ok("undo", json!({}));
     assert!(r.contains("resolved") && r.contains("calc.py:2"), "{r}");
 }
+
+#[test]
+fn outline_without_a_server_comes_from_the_grammars_and_ranks_a_directory() {
+    // No server for Python (the catalog turns it off), none for Go or C anywhere in CI.
+    let catalog = "[lsp.python]\ncommand = []\n[lsp.go]\ncommand = []\n[lsp.c]\ncommand = []\n";
+    let files = [
+        (
+            "app/models.py",
+            "class User:\n    def __init__(self, name: str) -> None:\n        self.name = name\n\n    def greet(self) -> str:\n        return f\"hi {self.name}\"\n\n\ndef make_user(name: str) -> User:\n    return User(name)\n",
+        ),
+        (
+            "app/views.py",
+            "from models import User, make_user\n\n\ndef show(u: User) -> str:\n    return u.greet()\n\n\nshow(make_user(\"a\"))\nshow(User(\"b\"))\n",
+        ),
+        (
+            "tool/main.go",
+            "package main\n\ntype Point struct {\n\tX int\n}\n\nfunc (p Point) Len() int {\n\treturn p.X\n}\n\nfunc main() {\n\tprintln(Point{X: 1}.Len())\n}\n",
+        ),
+    ];
+    let mut m = Mcp::start(&files, Some(catalog), &[]);
+    let r = m.ok("outline", json!({"path": "app/models.py"}));
+    assert_eq!(
+        r,
+        "class User (line 1-6)  class User\n  method __init__ (line 2-3)  def __init__(self, name: str) -> None\n  method greet (line 5-6)  def greet(self) -> str\nfunction make_user (line 9-10)  def make_user(name: str) -> User"
+    );
+    let r = m.ok("outline", json!({"path": "tool/main.go"}));
+    assert_eq!(
+        r,
+        "struct Point (line 3-5)  type Point struct\nmethod Len (line 7-9)  func (p Point) Len() int\nfunction main (line 11-13)  func main()"
+    );
+    // The directory: User occurs 5 times besides its definition (views.py: import, annotation,
+    // call; models.py: the return type and the call), make_user twice, show twice.
+    let r = m.ok("outline", json!({"path": "app"}));
+    let lines: Vec<&str> = r.lines().collect();
+    assert!(
+        lines[0]
+            .starts_with("app: 3 top-level symbols in 2 file(s) (python), most referenced first"),
+        "{r}"
+    );
+    assert_eq!(
+        lines[1], "class User  app/models.py:1-6  (5 refs)  class User",
+        "{r}"
+    );
+    assert!(lines[2..].iter().all(|l| !l.contains("User ")), "{r}");
+    std::fs::write(m.path("README.md"), "# app\n").unwrap();
+    let (r, err) = m.call("outline", json!({"path": "README.md"}));
+    assert!(err && r.contains("no grammar for it"), "{r}");
+    let (r, err) = m.call("outline", json!({"path": "nope.py"}));
+    assert!(err && r.contains("does not exist"), "{r}");
+}
