@@ -504,3 +504,45 @@ fn outline_without_a_server_comes_from_the_grammars_and_ranks_a_directory() {
     let (r, err) = m.call("outline", json!({"path": "nope.py"}));
     assert!(err && r.contains("does not exist"), "{r}");
 }
+
+#[test]
+fn a_command_that_breaks_a_file_no_server_had_open_reports_it_and_diagnostics_agrees() {
+    if !on_path("pyright-langserver") {
+        eprintln!("SKIPPED: pyright-langserver is not on PATH (scripts/test.sh installs it)");
+        return;
+    }
+    let files = [
+        ("ok.py", "x: int = 1\n"),
+        ("calc.py", "def half(n: int) -> float:\n    return n / 2\n"),
+    ];
+    let mut m = Mcp::start(&files, Some(WAIT), &[]);
+    // The server runs (another file was read and checked); calc.py was never opened.
+    m.ok("read_file", json!({"path": "ok.py"}));
+    let r = m.ok("diagnostics", json!({"path": "ok.py"}));
+    assert!(r.contains("ok.py: no problems"), "{r}");
+    let r = m.ok(
+        "run_command",
+        json!({"command": "sed -i 's|n / 2|n.upper()|' calc.py"}),
+    );
+    assert!(
+        r.contains("calc.py:2:") && r.contains("error") && r.contains("return n.upper()"),
+        "the command's own result has the problem, its line and text: {r}"
+    );
+    assert!(
+        !r.contains("ok.py"),
+        "an unchanged file is not reported: {r}"
+    );
+    let r = m.ok("diagnostics", json!({"path": "calc.py"}));
+    assert!(r.contains("calc.py:2:") && r.contains("upper"), "{r}");
+    let r = m.ok("diagnostics", json!({}));
+    assert!(r.contains("calc.py:2:"), "the workspace's problems: {r}");
+    // A command that changes nothing waits for no server and says nothing of diagnostics.
+    let r = m.ok("run_command", json!({"command": "true"}));
+    assert!(!r.contains("diagnostics:"), "{r}");
+    // The fix through a command: resolved.
+    let r = m.ok(
+        "run_command",
+        json!({"command": "sed -i 's|n.upper()|n / 2|' calc.py"}),
+    );
+    assert!(r.contains("resolved 1 problem(s): calc.py:2"), "{r}");
+}

@@ -23,7 +23,8 @@ const OUTLINE_BUDGET: usize = 12_000;
 
 /// Engine tools whose success means files were read (their servers hear of them, no wait).
 const READS: &[&str] = &["read_file"];
-/// Engine tools that run commands: open documents changed on disk are re-sent after them.
+/// Engine tools that run commands: the files they changed, and open documents changed on disk,
+/// are sent after them.
 const COMMANDS: &[&str] = &[
     "run_command",
     "run_command_isolated",
@@ -53,8 +54,9 @@ pub fn claude_code_tool(env: Arc<ToolEnv>) -> Arc<dyn Tool> {
 
 /// After a call of `engine` (in the server process): a read opens its file with its server in
 /// the background; a change waits (up to `[lsp] wait_ms`) for the diagnostics of the files it
-/// changed and appends what the change did to `result`; a command re-sends the open documents
-/// it changed on disk. Other calls do nothing. Blocks: call it on a thread that may block.
+/// changed and appends what the change did to `result`; a command's changed files (its result
+/// names them) and the open documents changed on disk are sent the same way. Other calls do
+/// nothing. Blocks: call it on a thread that may block.
 pub fn after_call(
     env: &ToolEnv,
     engine: &str,
@@ -72,11 +74,17 @@ pub fn after_call(
         }
         return;
     }
-    let files: Vec<String> = if COMMANDS.contains(&engine) && result.files_changed.is_empty() {
-        m.changed_on_disk()
-    } else {
-        result.files_changed.clone()
-    };
+    // A command's result names the files it changed (see `capture::scope_call`); open
+    // documents changed on disk meanwhile (by a command run inline, or outside the capture's
+    // scope) are sent too.
+    let mut files = result.files_changed.clone();
+    if COMMANDS.contains(&engine) {
+        for f in m.changed_on_disk() {
+            if !files.contains(&f) {
+                files.push(f);
+            }
+        }
+    }
     if files.is_empty() {
         return;
     }
