@@ -7,32 +7,61 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{
+    Annotations, Engine, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+};
 use toolyard_lsp::Manager;
 use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use crate::ToolEnv;
 
-/// The engine tools of this module, for the dialects that share them.
-pub const ENGINES: &[&str] = &["diagnostics", "lsp", "rename_symbol", "outline"];
+/// The engine tools of this module, for the dialects that share them: those the [`Engine`]
+/// table says ask the language servers.
+pub const ENGINES: &[&str] = &LANGUAGE_ENGINES;
+
+const fn language_engine_count() -> usize {
+    let (mut i, mut n) = (0, 0);
+    while i < Engine::BUILTIN.len() {
+        if Engine::BUILTIN[i].asks_language_servers() {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+const LANGUAGE_ENGINES: [&str; language_engine_count()] = {
+    let mut out = [""; language_engine_count()];
+    let (mut i, mut n) = (0, 0);
+    while i < Engine::BUILTIN.len() {
+        let e = Engine::BUILTIN[i];
+        if e.asks_language_servers() {
+            out[n] = e.name();
+            n += 1;
+        }
+        i += 1;
+    }
+    out
+};
+
+/// The engine a call ran under, by its name (`custom` for a catalog command tool).
+fn engine_named(name: &str) -> Option<Engine> {
+    match name {
+        "custom" => Some(Engine::Custom),
+        _ => Engine::builtin(name),
+    }
+}
+
+/// Whether calls of `engine` run commands (their changed files, and open documents changed on
+/// disk, are sent to the servers after them).
+fn runs_commands(engine: &str) -> bool {
+    engine_named(engine).is_some_and(Engine::runs_commands)
+}
 
 /// Locations listed per answer; the rest are counted.
 const MAX_LOCATIONS: usize = 50;
 /// Characters of an outline of a directory.
 const OUTLINE_BUDGET: usize = 12_000;
-
-/// Engine tools whose success means files were read (their servers hear of them, no wait).
-const READS: &[&str] = &["read_file"];
-/// Engine tools that run commands: the files they changed, and open documents changed on disk,
-/// are sent after them.
-const COMMANDS: &[&str] = &[
-    "run_command",
-    "run_command_isolated",
-    "shell",
-    "build",
-    "test",
-    "validate",
-];
 
 /// The tools of this module.
 pub fn tools(env: Arc<ToolEnv>) -> Vec<Arc<dyn Tool>> {
@@ -68,7 +97,8 @@ pub fn after_call(
     if !result.success && result.files_changed.is_empty() {
         return;
     }
-    if READS.contains(&engine) {
+    // A read's success means its file was read: its server hears of it, with no wait.
+    if engine == Engine::ReadFile.name() {
         if let Some(rel) = path_arg(env, args) {
             m.on_read(&rel);
         }
@@ -78,7 +108,7 @@ pub fn after_call(
     // documents changed on disk meanwhile (by a command run inline, or outside the capture's
     // scope) are sent too.
     let mut files = result.files_changed.clone();
-    if COMMANDS.contains(&engine) {
+    if runs_commands(engine) {
         for f in m.changed_on_disk() {
             if !files.contains(&f) {
                 files.push(f);
@@ -97,7 +127,7 @@ pub fn after_call(
 /// Whether [`after_call`] may wait after this result (a change, or a command); a read's step
 /// never does.
 pub fn may_block(engine: &str, result: &ToolResult) -> bool {
-    !result.files_changed.is_empty() || (result.success && COMMANDS.contains(&engine))
+    !result.files_changed.is_empty() || (result.success && runs_commands(engine))
 }
 
 /// Whether a call of `engine` with `args` may wait for a language server (so it should not
@@ -108,8 +138,7 @@ pub fn may_wait(
     args: Option<&serde_json::Map<String, Value>>,
 ) -> bool {
     let Some(m) = &env.lsp else { return false };
-    ENGINES.contains(&engine)
-        || COMMANDS.contains(&engine)
+    engine_named(engine).is_some_and(|e| e.asks_language_servers() || e.runs_commands())
         || args
             .and_then(|a| path_of(env, |k| a.get(k)))
             .is_some_and(|rel| m.covers(&rel))
