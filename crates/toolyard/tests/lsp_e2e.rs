@@ -546,3 +546,41 @@ fn a_command_that_breaks_a_file_no_server_had_open_reports_it_and_diagnostics_ag
     );
     assert!(r.contains("resolved 1 problem(s): calc.py:2"), "{r}");
 }
+
+#[test]
+fn a_c_edit_that_breaks_the_file_returns_clangds_error_never_a_clean_result_before() {
+    if !on_path("clangd") {
+        eprintln!("SKIPPED: clangd is not on PATH (scripts/test.sh installs it from Debian)");
+        return;
+    }
+    // A short bound: clangd cold may not answer within it. The edit's result then says it is
+    // still checking (never "no problems"), and diagnostics is asked until clangd answers.
+    let src = "int twice(int x) {\n    return x * 2;\n}\n";
+    let mut m = Mcp::start(&[("m.c", src)], Some("[lsp]\nwait_ms = 2000\n"), &[]);
+    m.ok("read_file", json!({"path": "m.c"}));
+    let mut r = m.ok(
+        "edit_file",
+        json!({"path": "m.c", "old_string": "return x * 2;", "new_string": "return y * 2;"}),
+    );
+    assert!(!r.contains("no problems"), "{r}");
+    let mut asked = 0;
+    while r.contains("still checking") && asked < 300 {
+        r = m.ok("diagnostics", json!({"path": "m.c"}));
+        assert!(!r.contains("no problems"), "{r}");
+        asked += 1;
+    }
+    assert!(
+        r.contains("m.c:2:12")
+            && r.contains("undeclared identifier")
+            && r.contains("return y * 2;"),
+        "clangd's error with its line and text (after {asked} diagnostics calls): {r}"
+    );
+    let r = m.ok(
+        "edit_file",
+        json!({"path": "m.c", "old_string": "return y * 2;", "new_string": "return x * 2;"}),
+    );
+    assert!(
+        r.contains("resolved 1 problem(s): m.c:2") || r.contains("still checking"),
+        "{r}"
+    );
+}
