@@ -278,14 +278,23 @@ impl Engine {
             ProcessOutput | ProcessInput | ProcessKill => BY_ID,
             // The language servers belong to the server process (one per workspace and
             // language, shared by its sessions), which starts them sandboxed.
-            Diagnostics | Lsp | Outline => Facts {
+            Diagnostics | Lsp => Facts {
                 site: Site::Server,
+                language_servers: true,
+                ..Facts::NONE
+            },
+            // Its server is the first choice, its grammars the fallback: where the files are
+            // (with a runner, for a remote workspace), it needs no server.
+            Outline => Facts {
+                site: Site::Files,
+                language_servers: true,
                 ..Facts::NONE
             },
             RenameSymbol => Facts {
                 site: Site::Server,
                 changes_files: true,
                 reports_changed_files: true,
+                language_servers: true,
                 ..Facts::NONE
             },
             ProcessList => Facts {
@@ -360,6 +369,12 @@ impl Engine {
         self.facts().runs_commands
     }
 
+    /// Whether it is one of the language-server tools (`diagnostics`, `lsp`, ...), which
+    /// every dialect with a place for them shares.
+    pub const fn asks_language_servers(self) -> bool {
+        self.facts().language_servers
+    }
+
     /// Whether a call may leave something running past its answer.
     pub const fn outlives_call(self) -> Outlives {
         self.facts().outlives_call
@@ -387,6 +402,8 @@ pub struct Facts {
     pub runs_commands: bool,
     /// Whether a call may leave something running past its answer.
     pub outlives_call: Outlives,
+    /// Whether it asks the workspace's language servers.
+    pub language_servers: bool,
     /// The shape of its engine tool's arguments.
     pub shape: CallShape,
 }
@@ -401,6 +418,7 @@ impl Facts {
         reports_changed_files: false,
         runs_commands: false,
         outlives_call: Outlives::Never,
+        language_servers: false,
         shape: CallShape::NONE,
     };
 }
@@ -579,7 +597,8 @@ mod tests {
                 "edit_file",
                 "list_directory",
                 "glob",
-                "grep"
+                "grep",
+                "outline"
             ]
         );
         assert_eq!(
@@ -589,9 +608,12 @@ mod tests {
                 "undo",
                 "diagnostics",
                 "lsp",
-                "rename_symbol",
-                "outline"
+                "rename_symbol"
             ]
+        );
+        assert_eq!(
+            names(Engine::asks_language_servers),
+            ["diagnostics", "lsp", "rename_symbol", "outline"]
         );
         assert_eq!(
             names(Engine::is_process_tool),

@@ -801,7 +801,8 @@ async fn run_job(
         // The dispatcher checked the arguments and decided `timeout_ms`; a bad argument is
         // still an error result here, never a crash.
         // The tool's name goes with the call, for what its commands change (`capture`).
-        r = toolyard_tools::capture::TOOL.scope(job.tool.clone(), tool.invoke_checked(job.args, &ctx)) => r.into(),
+        // The files its commands changed go into its result: the server's language servers hear of them.
+        r = toolyard_tools::capture::scope_call(job.tool.clone(), tool.invoke_checked(job.args, &ctx)) => r,
         // A tool that ignores its token still ends here; command tools kill their tree first.
         _ = async { cancel.cancelled().await; tokio::time::sleep(Duration::from_secs(3)).await } => {
             ToolError::Cancelled.into()

@@ -29,10 +29,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
-use toolyard_core::ToolError;
+use toolyard_core::{ToolError, ToolResult};
 use toolyard_records::{
     CommandEntry, CommandRecord, CommandsConfig, DEFAULT_EXCLUDED, DEFAULT_MAX_CALL_BYTES,
-    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_STORE_BYTES, DIR_HASH, JournalConfig, Skipped,
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_STORE_BYTES, DIR_HASH, EntryKind, JournalConfig, Skipped,
     symlink_hash,
 };
 
@@ -178,6 +178,42 @@ tokio::task_local! {
 pub fn current_tool() -> String {
     TOOL.try_with(Clone::clone)
         .unwrap_or_else(|_| "command".to_string())
+}
+
+tokio::task_local! {
+    /// The files the current call's commands created, changed or removed (see [`scope_call`]).
+    static CHANGED: std::cell::RefCell<Vec<String>>;
+}
+
+/// Run a tool's `call` as `tool` (for attribution) and add the files its commands created,
+/// changed or removed to the result's `files_changed`: the server's language servers then hear
+/// of every one of them, not only of the documents they had open.
+pub async fn scope_call<F>(tool: String, call: F) -> ToolResult
+where
+    F: std::future::Future<Output = Result<ToolResult, ToolError>>,
+{
+    let (result, changed) = CHANGED
+        .scope(std::cell::RefCell::new(Vec::new()), async {
+            let r = TOOL.scope(tool, call).await;
+            (r, CHANGED.with(|c| c.take()))
+        })
+        .await;
+    let mut result: ToolResult = result.into();
+    for path in changed {
+        if !result.files_changed.contains(&path) {
+            result.files_changed.push(path);
+        }
+    }
+    result
+}
+
+/// Note the files (not directories) of `entries` for [`scope_call`], when it is in scope.
+fn note_changed(entries: &[CommandEntry]) {
+    let files = entries.iter().filter(|e| {
+        let kind = |h: &Option<String>| EntryKind::of_hash(h.as_deref());
+        kind(&e.old_hash) == EntryKind::File || kind(&e.new_hash) == EntryKind::File
+    });
+    let _ = CHANGED.try_with(|c| c.borrow_mut().extend(files.map(|e| e.path.clone())));
 }
 
 /// A process's capture (answered while running, or started in the background), checked at
@@ -613,6 +649,7 @@ impl Capture {
         if entries.is_empty() && skipped.is_empty() {
             return out;
         }
+        note_changed(&entries);
         let record = CommandRecord {
             session: who.session,
             call_id: who.call_id,
