@@ -21,6 +21,11 @@ use toolyard_exec::{EnvPolicy, ExecConfig, ExecOutcome, ExecRequest, Ran, Stream
 
 use crate::ToolEnv;
 
+// A command that outlives its call (background, yielding, a tty, the shell) is still one of
+// these commands, run through the same CommandEnv: a child of this module, not a sibling
+// both sides of which import the other.
+pub mod process;
+
 /// Project commands for build / test / validate, from the catalog's `[project]` section.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -306,10 +311,7 @@ impl CommandEnv {
         req.call_id = sanitize(&ctx.call_id);
         req.cancel = ctx.cancel.clone();
         // A session at its limit of processes keeps waiting, as before.
-        if answer
-            && self.answer_after.is_some()
-            && crate::process::table(self).has_room(&ctx.session_id)
-        {
+        if answer && self.answer_after.is_some() && process::table(self).has_room(&ctx.session_id) {
             req.answer_after = self.answer_after;
         }
         let progress = ctx.progress.clone();
@@ -349,12 +351,8 @@ impl CommandEnv {
                     }
                 });
                 let so_far = Box::new(running.so_far.clone());
-                let proc = crate::process::table(self).adopt(
-                    *running,
-                    &ctx.session_id,
-                    command,
-                    Some(on_end),
-                )?;
+                let proc =
+                    process::table(self).adopt(*running, &ctx.session_id, command, Some(on_end))?;
                 if let Some(capture) = capture {
                     crate::capture::adopt(&proc.id, capture, command);
                 }
@@ -736,7 +734,7 @@ impl TypedTool for RunCommand {
     async fn run(&self, args: RunCommandArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         if args.background.unwrap_or(false) || args.tty.unwrap_or(false) || args.yield_ms.is_some()
         {
-            return crate::process::run_started(&self.commands, ctx, args).await;
+            return process::run_started(&self.commands, ctx, args).await;
         }
         self.commands
             .run_answering(ctx, &args.command, args.cwd.as_deref(), None)

@@ -14,7 +14,6 @@ pub mod files;
 pub mod lsp;
 pub mod oracle;
 pub mod patch;
-pub mod process;
 pub mod records;
 pub mod remote;
 pub mod search;
@@ -22,4 +21,5 @@ pub mod task;
 pub mod undo;
 pub mod web;
 
+pub use command::process;
 pub use env::ToolEnv;

@@ -21,7 +21,7 @@ use toolyard_core::{
 };
 use toolyard_exec::background::{BgProcess, BgSpawn, Ended, ProcessTable, ProcessesConfig, Taken};
 
-use crate::command::{CommandEnv, RunCommandArgs, sanitize};
+use super::{CommandEnv, RunCommandArgs, sanitize};
 
 /// Default `yield_ms` of a background start.
 const DEFAULT_YIELD: Duration = Duration::from_millis(1000);
