@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::{
-    Annotations, Progress, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+    Annotations, Engine, Progress, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
 };
 use toolyard_exec::policy::{CommandPolicy, Decision, PolicyConfig};
 use toolyard_exec::protect::Protected;
@@ -702,7 +702,7 @@ pub(crate) fn sanitize(id: &str) -> String {
 
 /// `run_command` / `run_command_isolated`: the same tool under two names and two lanes.
 pub struct RunCommand {
-    name: &'static str,
+    engine: Engine,
     commands: Arc<CommandEnv>,
 }
 
@@ -711,11 +711,11 @@ impl TypedTool for RunCommand {
     type Args = RunCommandArgs;
 
     fn name(&self) -> &str {
-        self.name
+        self.engine.name()
     }
 
     fn description(&self) -> &str {
-        if self.name == "run_command_isolated" {
+        if self.engine == Engine::RunCommandIsolated {
             "Execute a shell command with no network access at all, in the workspace. Long \
              output keeps its head and tail; the full output is saved and named."
         } else {
@@ -727,7 +727,7 @@ impl TypedTool for RunCommand {
 
     fn annotations(&self) -> Annotations {
         let mut a = Annotations::COMMAND;
-        a.open_world = self.name == "run_command";
+        a.open_world = self.engine.open_world();
         a
     }
 
@@ -800,9 +800,9 @@ impl TypedTool for ProjectCommand {
 
 /// The five command tools, sharing `commands`.
 pub fn tools(commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>> {
-    let run = |name| -> Arc<dyn Tool> {
+    let run = |engine| -> Arc<dyn Tool> {
         Arc::new(Typed(RunCommand {
-            name,
+            engine,
             commands: commands.clone(),
         }))
     };
@@ -813,8 +813,8 @@ pub fn tools(commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>> {
         }))
     };
     vec![
-        run("run_command"),
-        run("run_command_isolated"),
+        run(Engine::RunCommand),
+        run(Engine::RunCommandIsolated),
         project("build"),
         project("test"),
         project("validate"),
