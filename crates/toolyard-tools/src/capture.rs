@@ -1312,52 +1312,16 @@ fn diff(
         }
         let (old_hash, old_mode, content) = match old {
             None => (None, None, Vec::new()),
-            Some(o) => {
-                let Some(hash) = o.hash.clone() else {
+            Some(o) => match previous(o, scope, store, &mut call_bytes) {
+                Ok(previous) => previous,
+                Err(reason) => {
                     skipped.push(Skipped {
                         path: path.clone(),
-                        reason: "was unreadable before the command".into(),
+                        reason,
                     });
                     continue;
-                };
-                let content = match o.stat.kind {
-                    Kind::Dir | Kind::Special => Vec::new(),
-                    Kind::Symlink => o.link.as_deref().map(<[u8]>::to_vec).unwrap_or_default(),
-                    Kind::File => {
-                        if o.stat.size > scope.max_file {
-                            skipped.push(Skipped {
-                                path: path.clone(),
-                                reason: format!("over the {} per-file cap", human(scope.max_file)),
-                            });
-                            continue;
-                        }
-                        if call_bytes + o.stat.size > scope.max_call {
-                            skipped.push(Skipped {
-                                path: path.clone(),
-                                reason: format!(
-                                    "past the {} of previous contents kept per call",
-                                    human(scope.max_call)
-                                ),
-                            });
-                            continue;
-                        }
-                        let Some(bytes) = o.stored.then(|| store.get(&hash)).flatten() else {
-                            skipped.push(Skipped {
-                                path: path.clone(),
-                                reason: format!(
-                                    "its previous content was not kept (the store is over {})",
-                                    human(scope.max_store)
-                                ),
-                            });
-                            continue;
-                        };
-                        call_bytes += bytes.len() as u64;
-                        bytes
-                    }
-                };
-                let mode = (o.stat.kind != Kind::Symlink).then_some(o.stat.mode);
-                (Some(hash.to_string()), mode, content)
-            }
+                }
+            },
         };
         let (new_hash, new_mode) = match new {
             None => (None, None),
@@ -1375,7 +1339,68 @@ fn diff(
             new_mode,
         });
     }
-    // What an excluded directory's own stat says: it appeared, went, or its entries changed.
+    excluded_changes(before, after, &mut skipped);
+    let vacates = |e: &CommandEntry| {
+        e.new_hash.is_none()
+            || (e.old_hash.as_deref() == Some(DIR_HASH) && e.new_hash.as_deref() != Some(DIR_HASH))
+    };
+    entries.sort_by(|a, b| {
+        let (va, vb) = (vacates(a), vacates(b));
+        vb.cmp(&va)
+            .then_with(|| {
+                if va {
+                    depth(&b.path).cmp(&depth(&a.path))
+                } else {
+                    depth(&a.path).cmp(&depth(&b.path))
+                }
+            })
+            .then_with(|| a.path.cmp(&b.path))
+    });
+    skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    (entries, skipped)
+}
+
+/// What `o`, a path's entry before the command, puts in its journal entry (hash, mode,
+/// content), or why it cannot be kept; `call_bytes` counts the contents this call keeps.
+fn previous(
+    o: &Entry,
+    scope: &Scope,
+    store: &Store,
+    call_bytes: &mut u64,
+) -> Result<(Option<String>, Option<u32>, Vec<u8>), String> {
+    let Some(hash) = o.hash.clone() else {
+        return Err("was unreadable before the command".into());
+    };
+    let content = match o.stat.kind {
+        Kind::Dir | Kind::Special => Vec::new(),
+        Kind::Symlink => o.link.as_deref().map(<[u8]>::to_vec).unwrap_or_default(),
+        Kind::File => {
+            if o.stat.size > scope.max_file {
+                return Err(format!("over the {} per-file cap", human(scope.max_file)));
+            }
+            if *call_bytes + o.stat.size > scope.max_call {
+                return Err(format!(
+                    "past the {} of previous contents kept per call",
+                    human(scope.max_call)
+                ));
+            }
+            let Some(bytes) = o.stored.then(|| store.get(&hash)).flatten() else {
+                return Err(format!(
+                    "its previous content was not kept (the store is over {})",
+                    human(scope.max_store)
+                ));
+            };
+            *call_bytes += bytes.len() as u64;
+            bytes
+        }
+    };
+    let mode = (o.stat.kind != Kind::Symlink).then_some(o.stat.mode);
+    Ok((Some(hash.to_string()), mode, content))
+}
+
+/// The excluded directories whose own stat changed between `before` and `after` (one
+/// appeared, went, or its entries changed), each added to `skipped`.
+fn excluded_changes(before: &Snapshot, after: &Snapshot, skipped: &mut Vec<Skipped>) {
     let names: HashSet<&String> = before
         .excluded
         .keys()
@@ -1398,24 +1423,6 @@ fn diff(
             });
         }
     }
-    let vacates = |e: &CommandEntry| {
-        e.new_hash.is_none()
-            || (e.old_hash.as_deref() == Some(DIR_HASH) && e.new_hash.as_deref() != Some(DIR_HASH))
-    };
-    entries.sort_by(|a, b| {
-        let (va, vb) = (vacates(a), vacates(b));
-        vb.cmp(&va)
-            .then_with(|| {
-                if va {
-                    depth(&b.path).cmp(&depth(&a.path))
-                } else {
-                    depth(&a.path).cmp(&depth(&b.path))
-                }
-            })
-            .then_with(|| a.path.cmp(&b.path))
-    });
-    skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    (entries, skipped)
 }
 
 fn human(bytes: u64) -> String {
