@@ -1360,6 +1360,9 @@ fn diff(
     (entries, skipped)
 }
 
+/// An entry's previous state as the journal keeps it: hash, mode, content.
+type Previous = (Option<String>, Option<u32>, Vec<u8>);
+
 /// What `o`, a path's entry before the command, puts in its journal entry (hash, mode,
 /// content), or why it cannot be kept; `call_bytes` counts the contents this call keeps.
 fn previous(
@@ -1367,7 +1370,7 @@ fn previous(
     scope: &Scope,
     store: &Store,
     call_bytes: &mut u64,
-) -> Result<(Option<String>, Option<u32>, Vec<u8>), String> {
+) -> Result<Previous, String> {
     let Some(hash) = o.hash.clone() else {
         return Err("was unreadable before the command".into());
     };
