@@ -226,6 +226,7 @@ impl Engine {
         const COMMAND: Facts = Facts {
             changes_files: true,
             runs_commands: true,
+            open_world: true,
             shape: CallShape {
                 command: Some("command"),
                 ..CallShape::NONE
@@ -263,9 +264,17 @@ impl Engine {
             },
             WriteFile | EditFile => WRITE,
             Glob | Grep => FILES,
-            RunCommand | RunCommandIsolated => RUN,
+            RunCommand => RUN,
+            // Its lane has no network: it reaches nothing outside the workspace.
+            RunCommandIsolated => Facts {
+                open_world: false,
+                ..RUN
+            },
             Build | Test | Validate => COMMAND,
-            WebFetch | WebSearch | Oracle => Facts::NONE,
+            WebFetch | WebSearch | Oracle => Facts {
+                open_world: true,
+                ..Facts::NONE
+            },
             CompleteTask => Facts {
                 site: Site::Server,
                 ..Facts::NONE
@@ -275,7 +284,12 @@ impl Engine {
                 site: Site::Server,
                 ..ARTIFACT
             },
-            ProcessOutput | ProcessInput | ProcessKill => BY_ID,
+            ProcessOutput | ProcessKill => BY_ID,
+            // What it types into a process may do anything a command does.
+            ProcessInput => Facts {
+                open_world: true,
+                ..BY_ID
+            },
             // The language servers belong to the server process (one per workspace and
             // language, shared by its sessions), which starts them sandboxed.
             Diagnostics | Lsp => Facts {
@@ -380,6 +394,12 @@ impl Engine {
         self.facts().outlives_call
     }
 
+    /// Whether its calls may reach outside the workspace (the network, another model): its
+    /// tools' `openWorldHint`.
+    pub const fn open_world(self) -> bool {
+        self.facts().open_world
+    }
+
     /// The shape of its engine tool's own arguments (the loopr vocabulary); a dialect tool
     /// whose arguments differ declares its own.
     pub const fn shape(self) -> CallShape {
@@ -404,6 +424,8 @@ pub struct Facts {
     pub outlives_call: Outlives,
     /// Whether it asks the workspace's language servers.
     pub language_servers: bool,
+    /// Whether its calls may reach outside the workspace.
+    pub open_world: bool,
     /// The shape of its engine tool's arguments.
     pub shape: CallShape,
 }
@@ -419,6 +441,7 @@ impl Facts {
         runs_commands: false,
         outlives_call: Outlives::Never,
         language_servers: false,
+        open_world: false,
         shape: CallShape::NONE,
     };
 }
@@ -633,6 +656,21 @@ mod tests {
         assert_eq!(
             names(|e| e.outlives_call() == Outlives::WhenAsked),
             ["run_command", "run_command_isolated"]
+        );
+        // What the tools' annotations said (`run_command` alone by its name).
+        assert_eq!(
+            names(Engine::open_world),
+            [
+                "run_command",
+                "web_fetch",
+                "web_search",
+                "build",
+                "test",
+                "validate",
+                "oracle",
+                "process_input",
+                "shell"
+            ]
         );
     }
 

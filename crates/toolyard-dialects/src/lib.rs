@@ -403,6 +403,22 @@ mod tests {
         assert_eq!(catalog.tools().len(), Engine::BUILTIN.len());
     }
 
+    /// An engine tool's `openWorldHint` is its engine's fact (not its name's).
+    #[test]
+    fn engine_tools_are_open_world_as_their_engines() {
+        let (_tmp, env) = env();
+        for t in tools(&env, Dialect::Loopr).expect("loopr tools") {
+            if t.engine.is_builtin() {
+                assert_eq!(
+                    t.tool.annotations().open_world,
+                    t.engine.open_world(),
+                    "{}",
+                    t.engine
+                );
+            }
+        }
+    }
+
     #[test]
     fn every_dialect_tool_has_an_engine_with_an_entry() {
         let (_tmp, env) = env();

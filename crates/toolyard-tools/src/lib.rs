@@ -15,10 +15,10 @@ pub mod lsp;
 pub mod network_ask;
 pub mod oracle;
 pub mod patch;
-pub mod process;
 pub mod search;
 pub mod task;
 pub mod undo;
 pub mod web;
 
+pub use command::process;
 pub use env::ToolEnv;
