@@ -167,7 +167,8 @@ pub fn apply_edit(
     if distinct.is_empty() {
         return match forgive(path, content, old, new)? {
             Some(done) => Ok(done),
-            None => Err(not_found(path, content, old)),
+            None => Err(already_applied(path, content, &new_b)
+                .unwrap_or_else(|| not_found(path, content, old))),
         };
     }
     // `aa` occurs twice in `aaa`: overlapping occurrences leave unclear which text is meant,
@@ -572,6 +573,26 @@ pub(crate) fn nearest_windows(lines: &[&str], old: &[&str], max: usize) -> Vec<(
     shown
 }
 
+/// When `old` is gone but `new` stands in the file once, the edit was most likely made already
+/// (a retried call, or one sent twice): say so instead of "not found", so the model does not
+/// go hunting for text it already replaced. A `new` of blank lines alone proves nothing.
+fn already_applied(path: &str, content: &[u8], new: &[u8]) -> Option<ToolError> {
+    if new.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    let mut at = memmem::find_iter(content, new);
+    let first = at.next()?;
+    if at.next().is_some() {
+        return None;
+    }
+    Some(ToolError::Conflict(format!(
+        "This edit is already applied to {path}: old_string is not in the file and new_string \
+         stands at line {}, so nothing was changed. Read the file to see it as it is, and send \
+         only what still has to change.",
+        line_of(content, first)
+    )))
+}
+
 /// The "not found" error: the nearest candidate lines with their numbers, and a whitespace hint.
 fn not_found(path: &str, content: &[u8], old: &str) -> ToolError {
     let text = String::from_utf8_lossy(content);
@@ -882,6 +903,21 @@ mod tests {
             apply_edit("f", content, "fn a() {\n    1", "fn a() {\n    2", false).unwrap();
         assert_eq!(out, b"\xEF\xBB\xBFfn a() {\r\n    2\r\n}");
         assert_eq!(reps[0].line, 1);
+    }
+
+    #[test]
+    fn an_edit_whose_new_text_already_stands_is_said_to_be_applied() {
+        let content = b"fn a() {}\nfn b() { 2 }\nfn c() {}\n";
+        let err = apply_edit("m.rs", content, "fn b() { 1 }", "fn b() { 2 }", false).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("already applied to m.rs"), "{msg}");
+        assert!(msg.contains("line 2"), "{msg}");
+        // Not when the new text is not there, or stands in more than one place.
+        let err = apply_edit("m.rs", content, "fn z() {}", "fn y() {}", false).unwrap_err();
+        assert!(!err.to_string().contains("already applied"), "{err}");
+        let twice = b"x = 2\nx = 2\n";
+        let err = apply_edit("m.rs", twice, "x = 1", "x = 2", false).unwrap_err();
+        assert!(!err.to_string().contains("already applied"), "{err}");
     }
 
     #[test]
