@@ -20,7 +20,9 @@ from elsewhere on the machine hits both alike. Figures:
   distinct ids pipelined over the one stdio connection (a new one is sent as each answer comes
   back); the SDK client runs N concurrent tasks on one session;
 - start-up: process spawn to the answer of the first tools/list (initialize handshake included);
-- where toolyard's time goes: a bare `ping`, an unknown tool, and each op with `--inline`.
+- where toolyard's time goes: a bare `ping`, an unknown tool, and each op with `--inline`;
+- with `TOOLYARD_OLD_BIN` set (bench/run sets it from `BENCH_OLD_COMMIT`): that binary too, served
+  the same way and taking its turn in the same rotation, per call and in flight, as a new / old ratio.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ THROUGHPUT_OPS = ["read", "list", "search", "edit"]
 INFLIGHT = [1, 8, 64]
 # Edits in flight each change a file of their own (two edits of one file at once would race).
 EDIT_FILES = max(INFLIGHT)
+# An earlier binary to compare with, when set: served beside the others in the same run.
+OLD_BIN = os.environ.get("TOOLYARD_OLD_BIN")
 
 
 def make_fixture(root: Path) -> None:
@@ -62,9 +66,9 @@ def make_fixture(root: Path) -> None:
         for f in range(20):
             (sub / f"module_{f:02}.rs").write_text(f"// module {d}/{f}\nfn f() {{}}\n")
     # One file per server: both run at the same time.
-    for name in ("edit_toolyard.txt", "edit_inline.txt", "edit_reference.txt"):
+    for name in ("edit_toolyard.txt", "edit_inline.txt", "edit_reference.txt", "edit_old.txt"):
         (root / name).write_text("header\nvalue = alpha\nfooter\n")
-    for server in ("toolyard", "reference"):
+    for server in ("toolyard", "reference", "old"):
         d = root / f"pedit_{server}"
         d.mkdir()
         for k in range(EDIT_FILES):
@@ -96,12 +100,16 @@ class Server:
         return c
 
 
-def servers(fixture: Path, state: Path, inline: bool = False) -> tuple[Server, Server]:
-    edit = "edit_inline.txt" if inline else "edit_toolyard.txt"
-    ours = Server("inline" if inline else "toolyard", toolyard_serve(fixture, state, inline), toolyard_env(state), {
+def servers(fixture: Path, state: Path, inline: bool = False, old: bool = False) -> tuple[Server, Server]:
+    name = "inline" if inline else "old" if old else "toolyard"
+    edit = f"edit_{name}.txt"
+    argv = toolyard_serve(fixture, state, inline)
+    if old:
+        argv[0] = str(OLD_BIN)
+    ours = Server(name, argv, toolyard_env(state), {
         # Read before edit: every file this session edits.
         "setup": [("read_file", {"path": edit})] + [
-            ("read_file", {"path": f"pedit_toolyard/e_{k:02}.txt"}) for k in range(0 if inline else EDIT_FILES)],
+            ("read_file", {"path": f"pedit_{name}/e_{k:02}.txt"}) for k in range(0 if inline else EDIT_FILES)],
         "read": ("read_file", {"path": "file4k.txt"}),
         "list": ("list_directory", {"path": "dir50"}),
         "search": ("glob", {"pattern": "**/module_07.rs", "path": "search"}),
@@ -403,6 +411,12 @@ def run(iterations: int = 300, warmup: int = 20, sdk_iterations: int = 100, star
         ours, ref = servers(fixture, state)
         ours_inline, _ = servers(fixture, state, inline=True)
         srv = [ours, ref]
+        old = None
+        if OLD_BIN:
+            (Path(tmp) / "state-old").mkdir()
+            old, _ = servers(fixture, Path(tmp) / "state-old", old=True)
+            data["old_binary"] = OLD_BIN
+            data["old_commit"] = os.environ.get("BENCH_OLD_COMMIT", "?")
         log("mcp: start-up")
         data["startup"] = startup(srv, startup_runs)
         log(f"mcp start-up: toolyard {data['startup']['toolyard']['median']:.1f} ms, "
@@ -414,9 +428,15 @@ def run(iterations: int = 300, warmup: int = 20, sdk_iterations: int = 100, star
             exe.append((time.perf_counter() - t0) * 1000)
         data["exec_only"] = summary(exe)
         # toolyard --inline takes its turn too: where toolyard's time goes, pair by pair.
-        lean = per_call([ours, ref, ours_inline], iterations, warmup)
+        lean = per_call([ours, ref, ours_inline] + ([old] if old else []), iterations, warmup)
         data["lean"] = {"toolyard": lean["toolyard"], "reference": lean["reference"]}
-        data["pipelined"] = throughput(srv, seconds, fixture)
+        data["pipelined"] = throughput(srv + ([old] if old else []), seconds, fixture)
+        if old:
+            data["old"] = {"lean": lean.pop("old"), "pipelined": data["pipelined"].pop("old")}
+            log("mcp new / old: " + ", ".join(
+                f"{op} {lean['toolyard'][op]['median'] / data['old']['lean'][op]['median']:.2f}x per call, "
+                f"{data['pipelined']['toolyard'][op]['64'] / data['old']['pipelined'][op]['64']:.2f}x at 64"
+                for op in THROUGHPUT_OPS))
         data["busy_read"] = busy_read(ours, iterations, warmup)
         log("mcp: the MCP layer alone (ping, unknown tool)")
         data["breakdown"] = layer(ours, iterations, warmup)

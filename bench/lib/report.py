@@ -434,6 +434,20 @@ def mcp_section(m: dict) -> list[str]:
         for op in ["read", "list", "search", "edit"]:
             lanes, inl = ours[op]["median"], bd[f"inline_{op}"]["median"]
             lines.append(f"| {op} | {f(lanes)} | {f(inl)} | {f(lanes - inl)} | {ref[op]['median'] / inl:.1f}x |")
+    o = m.get("old")
+    if o:
+        lines += [
+            "",
+            f"### This binary against an earlier one (`{m.get('old_commit', '?')}`, served the same way in the same "
+            "run, taking its turn in the same rotation)",
+            "",
+            "| operation | ms per call, new | old | new / old | calls/s at 64 in flight, new | old | new / old |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for op in ["read", "list", "search", "edit"]:
+            nm, om = ours[op]["median"], o["lean"][op]["median"]
+            nt, ot = p["toolyard"][op]["64"], o["pipelined"][op]["64"]
+            lines.append(f"| {op} | {f(nm)} | {f(om)} | {nm / om:.2f}x | {nt:.0f} | {ot:.0f} | {nt / ot:.2f}x |")
     lines += ["", "![MCP](plots/mcp.png)", ""]
     return lines
 
