@@ -1,7 +1,7 @@
 """The benchmark harness behind bench/run: runs the parts asked for, saves each part's figures in
 bench/results/PART.json, then regenerates bench/RESULTS.md and bench/plots/ from those files.
 
-    python3 bench/lib/main.py [--only grep,mcp,lanes,memory,bigfile,edits,remote,cmdundo,egress] [--quick]
+    python3 bench/lib/main.py [--only grep,mcp,lanes,memory,bigfile,edits,remote,cmdundo,egress,lsp] [--quick]
 
 (bench/run installs the references, builds and then calls this; see bench/README.md.)
 """
@@ -24,7 +24,7 @@ import common  # noqa: E402
 import report  # noqa: E402
 from common import FD, RESULTS_DIR, RG, TOOLYARD, git_commit, loadavg, log  # noqa: E402
 
-PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits", "remote", "cmdundo", "egress"]
+PARTS = ["grep", "mcp", "lanes", "memory", "bigfile", "edits", "remote", "cmdundo", "egress", "lsp"]
 
 
 def sh(argv: list[str]) -> str:
@@ -139,6 +139,7 @@ def main() -> int:
         "remote": lambda: __import__("remote").run(calls=60 if q else 300, seconds=0.5 if q else 1.0,
                                                    bringup_rounds=1 if q else 3),
         "cmdundo": lambda: __import__("cmdundo").run(rounds=15 if q else 60),
+        "lsp": lambda: __import__("lsp").run(rounds=20 if q else 100),
     }
     if not args.report_only:
         for p in only:

@@ -31,6 +31,10 @@ sys.path.insert(0, str(HERE))
 from model_server import ModelServer, call_id, tool_use_id  # noqa: E402
 
 TOOLYARD_BIN = Path(os.environ.get("TOOLYARD_BIN") or REPO / "target" / "debug" / "toolyard")
+# The embedder's example (examples/embedded-tool), built by `cargo build --workspace --bins`.
+EMBEDDED_BIN = Path(
+    os.environ.get("TOOLYARD_EMBEDDED_BIN") or TOOLYARD_BIN.parent / "embedded-tool"
+)
 CLIENT_BIN = HERE / "node_modules" / ".bin"
 CLIENT_TIMEOUT = 180  # seconds for one whole scripted conversation
 
@@ -376,13 +380,25 @@ def _require(path: Path, what: str, fix: str) -> None:
 
 
 def run_client(
-    client: str, dialect: str, root: Path, script: list[dict], catalog: str | None = None
+    client: str,
+    dialect: str,
+    root: Path,
+    script: list[dict],
+    catalog: str | None = None,
+    embedded: bool = False,
 ) -> Transcript:
     """Run one scripted conversation of `client` with Toolyard serving `dialect`,
-    with `catalog` (TOML text) laid over the built-in catalog if given."""
+    with `catalog` (TOML text) laid over the built-in catalog if given; with `embedded`,
+    the server is the embedder's example binary instead of `toolyard serve`."""
     _require(
         TOOLYARD_BIN, "the Toolyard binary", "run `cargo build -p toolyard` or set TOOLYARD_BIN"
     )
+    if embedded:
+        _require(
+            EMBEDDED_BIN,
+            "the embedded-tool example",
+            "run `cargo build --workspace --bins` or set TOOLYARD_EMBEDDED_BIN",
+        )
     exe = CLIENT_BIN / client
     _require(
         exe, f"the {client} client", "run tests/clients/run.sh (npm ci --prefix tests/clients)"
@@ -399,6 +415,9 @@ def run_client(
         catalog_path = root / "catalog.toml"
         catalog_path.write_text(catalog)
         serve += ["--catalog", str(catalog_path)]
+    if embedded:
+        # Its workspace is its current directory, whatever directory the client starts it in.
+        serve = ["sh", "-c", 'cd "$1" && exec "$2" serve', "sh", str(ws), str(EMBEDDED_BIN)]
     env = _base_env(home, state)
 
     with ModelServer(script, str(log_path)) as srv:
@@ -814,6 +833,77 @@ def test_every_default_dialect_tool_is_played(tmp_path: Path):
     assert "read_file" in tools, listed.stdout[:500]
     played = {item["tool"] for item in loopr_script("", "")}
     assert tools - played == set(), f"tools never called by the loopr script: {tools - played}"
+
+
+# ---------------------------------------------------------------- tools of one's own
+
+# A catalog tool that runs a command with typed parameters (issue 22): each {name} is one whole
+# argv element, so the word below reaches printf as one argument and no shell ever sees it.
+CUSTOM_CATALOG = """
+[tools.shout]
+lane = "no-net"
+description = "Say a word back, loudly"
+command = ["printf", "SHOUT[%s]", "{word}"]
+timeout_ms = 30000
+parameters = { type = "object", properties = { word = { type = "string" } }, required = ["word"] }
+"""
+CUSTOM_WORD = "hello; touch PWNED $(id)"
+CUSTOM_SCRIPT = [
+    {"name": "shout", "tool": "shout", "args": {"word": CUSTOM_WORD}},
+    {"name": "shout_bad", "tool": "shout", "args": {"word": 7}},
+]
+
+EMBEDDED_SCRIPT = [
+    {"name": "append", "tool": "append_line", "args": {"path": "notes.txt", "line": "EMBED_LINE"}},
+    {"name": "read", "tool": "read_file", "args": {"path": "notes.txt"}},
+    {"name": "blocked", "tool": "check_command", "args": {"command": "rm -rf /"}},
+    {"name": "undo", "tool": "undo", "args": {}},
+]
+
+
+@pytest.fixture(scope="module", params=CLIENTS)
+def custom(request, tmp_path_factory) -> Transcript:
+    root = tmp_path_factory.mktemp(f"{request.param}-custom")
+    return run_client(request.param, "loopr", root, CUSTOM_SCRIPT, CUSTOM_CATALOG)
+
+
+@pytest.fixture(scope="module", params=CLIENTS)
+def embedded(request, tmp_path_factory) -> Transcript:
+    root = tmp_path_factory.mktemp(f"{request.param}-embedded")
+    return run_client(request.param, "loopr", root, EMBEDDED_SCRIPT, embedded=True)
+
+
+def test_catalog_command_tool_gets_its_argument_as_one_argv_element(custom: Transcript):
+    out = output(custom.result(0))
+    assert f"SHOUT[{CUSTOM_WORD}]" in out, out
+    assert not (custom.ws / "PWNED").exists(), "a placeholder's value reached a shell"
+
+
+def test_catalog_command_tool_arguments_are_validated_before_it_runs(custom: Transcript):
+    res = custom.result(1)
+    out = output(res)
+    assert "SHOUT[" not in out, out
+    assert "word" in out, f"the error does not name the argument: {out}"
+    assert_error_marked(custom, res, "invalid_arguments")
+
+
+def test_embedded_rust_tool_writes_through_the_journal(embedded: Transcript):
+    out = output(embedded.result(0))
+    assert "appended a line to notes.txt" in out, out
+    assert "EMBED_LINE" in output(embedded.result(1))
+
+
+def test_embedded_tool_with_a_command_shape_meets_the_command_policy(embedded: Transcript):
+    res = embedded.result(2)
+    out = output(res)
+    assert "rm -rf /" in out or "block" in out.lower(), out
+    assert_error_marked(embedded, res, "blocked")
+
+
+def test_undo_takes_back_the_embedded_tools_write(embedded: Transcript):
+    output(embedded.result(3))
+    assert "EMBED_LINE" not in (embedded.ws / "notes.txt").read_text()
+    assert (embedded.ws / "notes.txt").read_text() == NOTES
 
 
 # ---------------------------------------------------------------- loom / loom-py

@@ -69,6 +69,29 @@ async def test_a_patch_applied_twice_says_it_is_already_applied(workspace, state
     assert cli.returncode == 1 and "already applied to calc.py" in cli.stdout + cli.stderr, cli
 
 
+@pytest.mark.parametrize("dialect", ["loopr", "claude-code", "gemini"])
+async def test_an_edit_sent_twice_says_it_is_already_applied(dialect, workspace, state_dir):
+    """The edit tools' counterpart of apply_patch's "already applied": the second of two
+    identical edits finds its old text gone and its new text standing, and says so."""
+    (workspace / "calc.py").write_text(CODE)
+    py = str(workspace / "calc.py")
+    tool, read, edit = {
+        "loopr": ("edit_file", ("read_file", {"path": "calc.py"}), {"path": "calc.py"}),
+        "claude-code": ("Edit", ("Read", {"file_path": py}), {"file_path": py}),
+        "gemini": ("replace", ("read_file", {"absolute_path": py}), {"file_path": py}),
+    }[dialect]
+    edit |= {"old_string": "def other():\n    return 1", "new_string": "def other():\n    return 2"}
+    args = [] if dialect == "loopr" else ["--dialect", dialect]
+    async with connect("stdio", "legacy", workspace, state_dir, args) as client:
+        await call(client, *read)
+        r, out = await call(client, tool, edit)
+        assert not r.is_error, out
+        r, out = await call(client, tool, edit)
+        assert r.is_error, out
+        assert "already applied to" in out and "calc.py" in out and "line 8" in out, out
+    assert (workspace / "calc.py").read_text() == CODE.replace("return 1", "return 2")
+
+
 @pytest.mark.parametrize("dialect", ["loopr", "claude-code"])
 async def test_the_third_identical_failure_says_so(dialect, workspace, state_dir):
     (workspace / "calc.py").write_text(CODE)

@@ -30,8 +30,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 pub use toolyard_core::{Catalog, ToolDefinition, ToolError, ToolResult};
+pub use toolyard_dialects::Dialect;
 use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
-pub use toolyard_tools::dialect::Dialect;
 
 /// The session calls run in when the context names no thread.
 pub const DEFAULT_SESSION: &str = "embedder";

@@ -226,6 +226,7 @@ impl Engine {
         const COMMAND: Facts = Facts {
             changes_files: true,
             runs_commands: true,
+            open_world: true,
             shape: CallShape {
                 command: Some("command"),
                 ..CallShape::NONE
@@ -263,9 +264,17 @@ impl Engine {
             },
             WriteFile | EditFile => WRITE,
             Glob | Grep => FILES,
-            RunCommand | RunCommandIsolated => RUN,
+            RunCommand => RUN,
+            // Its lane has no network: it reaches nothing outside the workspace.
+            RunCommandIsolated => Facts {
+                open_world: false,
+                ..RUN
+            },
             Build | Test | Validate => COMMAND,
-            WebFetch | WebSearch | Oracle => Facts::NONE,
+            WebFetch | WebSearch | Oracle => Facts {
+                open_world: true,
+                ..Facts::NONE
+            },
             CompleteTask => Facts {
                 site: Site::Server,
                 ..Facts::NONE
@@ -275,17 +284,31 @@ impl Engine {
                 site: Site::Server,
                 ..ARTIFACT
             },
-            ProcessOutput | ProcessInput | ProcessKill => BY_ID,
+            ProcessOutput | ProcessKill => BY_ID,
+            // What it types into a process may do anything a command does.
+            ProcessInput => Facts {
+                open_world: true,
+                ..BY_ID
+            },
             // The language servers belong to the server process (one per workspace and
             // language, shared by its sessions), which starts them sandboxed.
-            Diagnostics | Lsp | Outline => Facts {
+            Diagnostics | Lsp => Facts {
                 site: Site::Server,
+                language_servers: true,
+                ..Facts::NONE
+            },
+            // Its server is the first choice, its grammars the fallback: where the files are
+            // (with a runner, for a remote workspace), it needs no server.
+            Outline => Facts {
+                site: Site::Files,
+                language_servers: true,
                 ..Facts::NONE
             },
             RenameSymbol => Facts {
                 site: Site::Server,
                 changes_files: true,
                 reports_changed_files: true,
+                language_servers: true,
                 ..Facts::NONE
             },
             ProcessList => Facts {
@@ -360,9 +383,21 @@ impl Engine {
         self.facts().runs_commands
     }
 
+    /// Whether it is one of the language-server tools (`diagnostics`, `lsp`, ...), which
+    /// every dialect with a place for them shares.
+    pub const fn asks_language_servers(self) -> bool {
+        self.facts().language_servers
+    }
+
     /// Whether a call may leave something running past its answer.
     pub const fn outlives_call(self) -> Outlives {
         self.facts().outlives_call
+    }
+
+    /// Whether its calls may reach outside the workspace (the network, another model): its
+    /// tools' `openWorldHint`.
+    pub const fn open_world(self) -> bool {
+        self.facts().open_world
     }
 
     /// The shape of its engine tool's own arguments (the loopr vocabulary); a dialect tool
@@ -387,6 +422,10 @@ pub struct Facts {
     pub runs_commands: bool,
     /// Whether a call may leave something running past its answer.
     pub outlives_call: Outlives,
+    /// Whether it asks the workspace's language servers.
+    pub language_servers: bool,
+    /// Whether its calls may reach outside the workspace.
+    pub open_world: bool,
     /// The shape of its engine tool's arguments.
     pub shape: CallShape,
 }
@@ -401,6 +440,8 @@ impl Facts {
         reports_changed_files: false,
         runs_commands: false,
         outlives_call: Outlives::Never,
+        language_servers: false,
+        open_world: false,
         shape: CallShape::NONE,
     };
 }
@@ -579,7 +620,8 @@ mod tests {
                 "edit_file",
                 "list_directory",
                 "glob",
-                "grep"
+                "grep",
+                "outline"
             ]
         );
         assert_eq!(
@@ -589,9 +631,12 @@ mod tests {
                 "undo",
                 "diagnostics",
                 "lsp",
-                "rename_symbol",
-                "outline"
+                "rename_symbol"
             ]
+        );
+        assert_eq!(
+            names(Engine::asks_language_servers),
+            ["diagnostics", "lsp", "rename_symbol", "outline"]
         );
         assert_eq!(
             names(Engine::is_process_tool),
@@ -611,6 +656,21 @@ mod tests {
         assert_eq!(
             names(|e| e.outlives_call() == Outlives::WhenAsked),
             ["run_command", "run_command_isolated"]
+        );
+        // What the tools' annotations said (`run_command` alone by its name).
+        assert_eq!(
+            names(Engine::open_world),
+            [
+                "run_command",
+                "web_fetch",
+                "web_search",
+                "build",
+                "test",
+                "validate",
+                "oracle",
+                "process_input",
+                "shell"
+            ]
         );
     }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 
+use crate::grants::{Grants, Scope};
 use crate::policy::{Addresses, Host, Policy, Refusal};
 
 /// The largest request head the gate reads.
@@ -26,6 +27,8 @@ const MAX_EVENTS: usize = 4096;
 pub enum Outcome {
     /// Let through and connected.
     Allowed,
+    /// Let through because the user approved it (the policy alone refuses it), and connected.
+    Approved(Scope),
     /// Refused by the policy.
     Refused(Refusal),
     /// Let through, but the upstream could not be reached.
@@ -47,11 +50,19 @@ pub struct Event {
 
 type Log = Arc<Mutex<VecDeque<Event>>>;
 
+/// What a gate judges connections by: the catalog's policy and the approvals held now.
+#[derive(Debug)]
+struct Rules {
+    policy: Policy,
+    grants: Arc<Grants>,
+}
+
 /// A running gate: it serves until dropped, then removes its socket.
 #[derive(Debug)]
 pub struct Gate {
     path: PathBuf,
     log: Log,
+    grants: Arc<Grants>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -62,13 +73,23 @@ impl Gate {
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path)?;
         let log: Log = Arc::default();
-        let policy = Arc::new(policy);
-        let task = tokio::spawn(serve(listener, policy, log.clone()));
+        let grants = Arc::new(Grants::default());
+        let rules = Arc::new(Rules {
+            policy,
+            grants: grants.clone(),
+        });
+        let task = tokio::spawn(serve(listener, rules, log.clone()));
         Ok(Self {
             path: path.to_path_buf(),
             log,
+            grants,
             task,
         })
+    }
+
+    /// The approvals this gate lets through beside its policy (see [`Grants::hold`]).
+    pub fn grants(&self) -> &Arc<Grants> {
+        &self.grants
     }
 
     /// The socket the gate listens on.
@@ -100,6 +121,7 @@ pub fn summarize(events: &[Event]) -> Option<String> {
         let target = format!("{}:{}", e.host, e.port);
         let text = match &e.outcome {
             Outcome::Allowed => format!("{target} allowed"),
+            Outcome::Approved(scope) => format!("{target} allowed by approval ({scope})"),
             Outcome::Failed(why) => format!("{target} allowed but unreachable ({why})"),
             Outcome::Refused(r) => format!(
                 "{target} refused ({}; {})",
@@ -122,14 +144,14 @@ pub fn summarize(events: &[Event]) -> Option<String> {
     Some(format!("network: {}", parts.join("; ")))
 }
 
-async fn serve(listener: UnixListener, policy: Arc<Policy>, log: Log) {
+async fn serve(listener: UnixListener, rules: Arc<Rules>, log: Log) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                let policy = policy.clone();
+                let rules = rules.clone();
                 let log = log.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = handle(stream, &policy, &log).await {
+                    if let Err(e) = handle(stream, &rules, &log).await {
                         tracing::debug!(error = %e, "egress connection ended");
                     }
                 });
@@ -157,18 +179,35 @@ fn record(log: &Log, host: &Host, port: u16, outcome: Outcome) {
 }
 
 /// Judge and connect `host:port`; every attempt is recorded.
-async fn open(policy: &Policy, log: &Log, host: &Host, port: u16) -> Result<TcpStream, Outcome> {
-    let result = connect(policy, host, port).await;
-    let outcome = match &result {
-        Ok(_) => Outcome::Allowed,
-        Err(o) => o.clone(),
+async fn open(rules: &Rules, log: &Log, host: &Host, port: u16) -> Result<TcpStream, Outcome> {
+    let result = connect(rules, host, port).await;
+    let (outcome, result) = match result {
+        Ok((s, None)) => (Outcome::Allowed, Ok(s)),
+        Ok((s, Some(scope))) => (Outcome::Approved(scope), Ok(s)),
+        Err(o) => (o.clone(), Err(o)),
     };
     record(log, host, port, outcome);
     result
 }
 
-async fn connect(policy: &Policy, host: &Host, port: u16) -> Result<TcpStream, Outcome> {
-    let addrs: Vec<IpAddr> = match policy.check_name(host, port).map_err(Outcome::Refused)? {
+/// Judge and connect `host:port`: the stream, and the approval's scope when one let it
+/// through.
+async fn connect(
+    rules: &Rules,
+    host: &Host,
+    port: u16,
+) -> Result<(TcpStream, Option<Scope>), Outcome> {
+    let policy = &rules.policy;
+    // An approval answers "not in allow" only: deny and the internal addresses still hold.
+    let (addresses, approved) = match policy.check_name(host, port) {
+        Ok(a) => (a, None),
+        Err(Refusal::NotAllowed { suggest }) => match rules.grants.find(host, port) {
+            Some(scope) => (policy.addresses(host), Some(scope)),
+            None => return Err(Outcome::Refused(Refusal::NotAllowed { suggest })),
+        },
+        Err(r) => return Err(Outcome::Refused(r)),
+    };
+    let addrs: Vec<IpAddr> = match addresses {
         Addresses::Fixed(ip) => vec![ip],
         Addresses::Lookup => {
             let Host::Name(name) = host else {
@@ -201,7 +240,7 @@ async fn connect(policy: &Policy, host: &Host, port: u16) -> Result<TcpStream, O
         {
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
-                return Ok(s);
+                return Ok((s, approved));
             }
             Ok(Err(e)) => last = e.to_string(),
             Err(_) => last = format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
@@ -210,7 +249,7 @@ async fn connect(policy: &Policy, host: &Host, port: u16) -> Result<TcpStream, O
     Err(Outcome::Failed(last))
 }
 
-async fn handle(mut client: UnixStream, policy: &Policy, log: &Log) -> io::Result<()> {
+async fn handle(mut client: UnixStream, policy: &Rules, log: &Log) -> io::Result<()> {
     let mut first = [0u8; 1];
     if client.read(&mut first).await? == 0 {
         return Ok(());
@@ -241,7 +280,7 @@ const SOCKS_HOST_UNREACHABLE: u8 = 4;
 const SOCKS_COMMAND_UNSUPPORTED: u8 = 7;
 const SOCKS_ADDRESS_UNSUPPORTED: u8 = 8;
 
-async fn socks5(mut c: UnixStream, policy: &Policy, log: &Log) -> io::Result<()> {
+async fn socks5(mut c: UnixStream, policy: &Rules, log: &Log) -> io::Result<()> {
     let n = c.read_u8().await? as usize;
     let mut methods = vec![0u8; n];
     c.read_exact(&mut methods).await?;
@@ -404,11 +443,11 @@ async fn refuse(c: &mut UnixStream, host: &Host, port: u16, outcome: Outcome) ->
             let body = format!("toolyard egress gate: {host}:{port} unreachable: {why}\n");
             respond(c, "502 Bad Gateway", &body).await
         }
-        Outcome::Allowed => Ok(()),
+        Outcome::Allowed | Outcome::Approved(_) => Ok(()),
     }
 }
 
-async fn http(mut c: UnixStream, first: u8, policy: &Policy, log: &Log) -> io::Result<()> {
+async fn http(mut c: UnixStream, first: u8, policy: &Rules, log: &Log) -> io::Result<()> {
     let Some(head) = read_head(&mut c, first).await? else {
         return respond(
             &mut c,
@@ -546,6 +585,40 @@ mod tests {
         let events = gate.events_since(Instant::now() - Duration::from_secs(60));
         assert_eq!(events.len(), 2, "{events:?}");
         assert_eq!(events[0].outcome, Outcome::Allowed);
+    }
+
+    #[tokio::test]
+    async fn an_approval_lets_a_host_through_while_it_is_held_and_never_past_deny() {
+        use crate::grants::Grant;
+        use crate::policy::Pattern;
+        let dir = tempfile::tempdir().unwrap();
+        let (gate, port) = gate_and_upstream(dir.path()).await;
+        let get =
+            |host: &str| format!("GET http://{host}:{port}/ HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        let start = Instant::now();
+        let held = gate.grants().hold(std::sync::Arc::from(vec![Grant {
+            pattern: Pattern::parse("no.test").unwrap(),
+            scope: Scope::Session,
+        }]));
+        let out = String::from_utf8(exchange(&gate, get("no.test").as_bytes()).await).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+        drop(held);
+        let out = String::from_utf8(exchange(&gate, get("no.test").as_bytes()).await).unwrap();
+        assert!(out.starts_with("HTTP/1.1 403 Forbidden"), "{out}");
+        let events = gate.events_since(start);
+        assert_eq!(events[0].outcome, Outcome::Approved(Scope::Session));
+        assert_eq!(
+            summarize(&events[..1]).unwrap(),
+            format!("network: no.test:{port} allowed by approval (this session)")
+        );
+        // The metadata address stays refused whatever was approved.
+        let _held = gate.grants().hold(std::sync::Arc::from(vec![Grant {
+            pattern: Pattern::parse("169.254.169.254").unwrap(),
+            scope: Scope::Call,
+        }]));
+        let out = exchange(&gate, b"GET http://169.254.169.254/ HTTP/1.1\r\n\r\n").await;
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 403 Forbidden"), "{out}");
     }
 
     #[tokio::test]

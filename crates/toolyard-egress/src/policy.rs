@@ -203,7 +203,7 @@ impl Pattern {
     }
 
     /// Whether this pattern names `host` (as the program asked for it) on `port`.
-    fn matches_name(&self, host: &Host, port: u16) -> bool {
+    pub fn matches_name(&self, host: &Host, port: u16) -> bool {
         if self.port.is_some_and(|p| p != port) {
             return false;
         }
@@ -218,6 +218,41 @@ impl Pattern {
             (HostPattern::Address(a), Host::Address(b)) => same_ip(*a, *b),
             _ => false,
         }
+    }
+
+    /// Whether this pattern lets through every host and port `other` names (so a request for
+    /// `other` needs nothing more): the same host, or a wider one, on the same port or any.
+    pub fn covers(&self, other: &Pattern) -> bool {
+        let port = match (self.port, other.port) {
+            (None, _) => true,
+            (Some(a), Some(b)) => a == b,
+            (Some(_), None) => false,
+        };
+        let below = |h: &str, n: &str| {
+            h.len() > n.len() + 1 && h.ends_with(n) && h[..h.len() - n.len()].ends_with('.')
+        };
+        let host = match (&self.host, &other.host) {
+            (HostPattern::Any, _) => true,
+            (HostPattern::Exact(a), HostPattern::Exact(b)) => a == b,
+            (HostPattern::Below(n), HostPattern::Exact(h)) => below(h, n),
+            (HostPattern::Below(n), HostPattern::Below(m)) => m == n || below(m, n),
+            (HostPattern::Address(a), HostPattern::Address(b)) => same_ip(*a, *b),
+            _ => false,
+        };
+        port && host
+    }
+
+    /// The address this pattern is, when it is one.
+    pub fn address(&self) -> Option<IpAddr> {
+        match self.host {
+            HostPattern::Address(ip) => Some(ip),
+            _ => None,
+        }
+    }
+
+    /// Whether it is `*`, every host.
+    pub fn is_any(&self) -> bool {
+        self.host == HostPattern::Any
     }
 
     /// Whether this pattern is exactly the address `ip` (and `port`, if it names one).
@@ -428,6 +463,17 @@ impl Refusal {
     }
 }
 
+/// What the catalog says of a host pattern a command asks for ([`Policy::standing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// The catalog lets it through already: nothing to ask.
+    Allowed,
+    /// Only an approval lets it through.
+    NeedsApproval,
+    /// Refused whatever the user says (a deny entry, an internal address, `*`): why.
+    Refused(String),
+}
+
 /// The `[network]` section, ready to judge connections.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
@@ -469,13 +515,58 @@ impl Policy {
                 suggest: host.to_string(),
             });
         }
-        Ok(match host {
+        Ok(self.addresses(host))
+    }
+
+    /// Where the addresses of `host` come from (a `resolve` pin, the address itself, or a
+    /// lookup), whatever the rules say of it.
+    pub fn addresses(&self, host: &Host) -> Addresses {
+        match host {
             Host::Address(ip) => Addresses::Fixed(*ip),
             Host::Name(n) => match self.config.resolve.get(n) {
                 Some(ip) => Addresses::Fixed(*ip),
                 None => Addresses::Lookup,
             },
-        })
+        }
+    }
+
+    /// What the catalog already says of `asked`, a host pattern a command asks for: let
+    /// through, up to the user, or out of an approval's reach.
+    pub fn standing(&self, asked: &Pattern) -> Standing {
+        if asked.is_any() {
+            return Standing::Refused(
+                "`*` would open every host: ask for the hosts the command needs by name".into(),
+            );
+        }
+        if let Some(d) = self.config.deny.iter().find(|d| d.covers(asked)) {
+            return Standing::Refused(format!(
+                "`{asked}` is refused by \"{d}\" in [network] deny, which an approval cannot lift; remove it from deny in the catalog to let it through"
+            ));
+        }
+        if let Some(ip) = asked.address()
+            && let Some(class) = Internal::of(ip)
+        {
+            let named = self
+                .config
+                .allow
+                .iter()
+                .any(|p| p.address().is_some_and(|a| same_ip(a, ip)) && p.covers(asked));
+            if !named {
+                return Standing::Refused(format!(
+                    "`{asked}` is {}, which an approval cannot open; [network] allow = [..., \"{asked}\"] in the catalog can",
+                    class.describe()
+                ));
+            }
+        }
+        let allowed = match self.config.mode {
+            Mode::Open => true,
+            Mode::Allowlist => self.config.allow.iter().any(|p| p.covers(asked)),
+        };
+        if allowed {
+            Standing::Allowed
+        } else {
+            Standing::NeedsApproval
+        }
     }
 
     /// Judge one address `host` resolved to (or is).
@@ -620,7 +711,72 @@ resolve = { "registry.test" = "127.0.0.1" }
         assert!(!p.is_address("2001:db8::1".parse().unwrap(), 80));
     }
 
+    #[test]
+    fn a_requested_host_is_allowed_asked_for_or_out_of_reach() {
+        let p = policy(
+            r#"[network]
+mode = "allowlist"
+allow = ["github.com", "*.example.org", "127.0.0.1:8080"]
+deny = ["*.paste.example", "bad.example.org"]
+"#,
+        );
+        let standing = |h: &str| p.standing(&Pattern::parse(h).unwrap());
+        assert_eq!(standing("github.com"), Standing::Allowed);
+        assert_eq!(standing("github.com:443"), Standing::Allowed);
+        assert_eq!(standing("a.example.org"), Standing::Allowed);
+        assert_eq!(standing("*.b.example.org"), Standing::Allowed);
+        assert_eq!(standing("127.0.0.1:8080"), Standing::Allowed);
+        assert_eq!(standing("registry.test"), Standing::NeedsApproval);
+        assert_eq!(standing("example.org"), Standing::NeedsApproval);
+        assert_eq!(standing("*.org"), Standing::NeedsApproval);
+        for out_of_reach in [
+            "*",
+            "x.paste.example",
+            "bad.example.org:443",
+            "169.254.169.254",
+            "127.0.0.1",
+            "127.0.0.1:9090",
+            "[::1]:80",
+        ] {
+            assert!(
+                matches!(standing(out_of_reach), Standing::Refused(_)),
+                "{out_of_reach}: {:?}",
+                standing(out_of_reach)
+            );
+        }
+        let Standing::Refused(why) = standing("bad.example.org") else {
+            unreachable!()
+        };
+        assert!(why.contains("[network] deny"), "{why}");
+        // Open mode lets through all but deny and the internal addresses.
+        let open = policy("[network]\ndeny = [\"evil.test\"]\n");
+        assert_eq!(
+            open.standing(&Pattern::parse("registry.test").unwrap()),
+            Standing::Allowed
+        );
+        assert!(matches!(
+            open.standing(&Pattern::parse("evil.test:80").unwrap()),
+            Standing::Refused(_)
+        ));
+    }
+
     proptest! {
+        /// `covers` agrees with matching: a host a covered pattern names, the covering one
+        /// names too.
+        #[test]
+        fn a_covering_pattern_names_every_host_the_covered_one_does(
+            a in "(\\*\\.)?([ab]\\.){0,2}t(:8[01])?",
+            b in "(\\*\\.)?([ab]\\.){0,2}t(:8[01])?",
+            host in "([ab]\\.){0,3}t",
+            port in 80u16..82,
+        ) {
+            let (a, b) = (Pattern::parse(&a).unwrap(), Pattern::parse(&b).unwrap());
+            let h = name(&host);
+            if a.covers(&b) && b.matches_name(&h, port) {
+                prop_assert!(a.matches_name(&h, port), "{a} covers {b} but not {host}:{port}");
+            }
+        }
+
         /// Deny wins: a host matched by a deny entry is refused whatever allow says.
         #[test]
         fn deny_always_wins(label in "[a-z][a-z0-9]{0,8}", sub in "[a-z]{1,5}", port in 1u16..) {

@@ -10,11 +10,9 @@
 //! (`PR_SET_PDEATHSIG`): a runner that dies takes every process it started with it.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::ffi::CString;
 use std::fs::File;
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -28,8 +26,10 @@ use tokio::sync::Notify;
 use toolyard_core::ToolError;
 
 use crate::env::{EnvPolicy, Terminal};
-use crate::exec::{Running, TERM_GRACE};
-use crate::tree::{self, Mechanism, NsChild, NsStdio};
+use crate::exec::Running;
+use crate::fd::{self, set_nonblocking};
+use crate::spawn::{self, ShellCommand, TERM_GRACE};
+use crate::tree::{self, NsChild, NsStdio};
 
 /// Read buffer size.
 const CHUNK: usize = 64 * 1024;
@@ -586,7 +586,7 @@ impl BgProcess {
         s.total += chunk.len() as u64;
         if let Some((path, file)) = &mut s.log {
             // Capped like any saved output, with a line saying where it stopped.
-            let room = usize::try_from(crate::exec::MAX_SAVED_BYTES.saturating_sub(before))
+            let room = usize::try_from(crate::spill::MAX_SAVED_BYTES.saturating_sub(before))
                 .unwrap_or(usize::MAX);
             let full = room <= chunk.len();
             let written = file
@@ -663,14 +663,6 @@ fn owned(fd: RawFd, what: &str) -> Result<OwnedFd, ToolError> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn set_nonblocking(fd: &OwnedFd) {
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
-    }
-}
-
 /// A pseudo-terminal: (master, slave), with a window size set.
 fn open_pty() -> Result<(OwnedFd, OwnedFd), ToolError> {
     // SAFETY: plain pty syscalls; buffers are local.
@@ -705,14 +697,7 @@ fn open_pty() -> Result<(OwnedFd, OwnedFd), ToolError> {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), ToolError> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors that we then own.
-    unsafe {
-        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            return Err(os_err("creating a pipe"));
-        }
-        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
-    }
+    fd::pipe(libc::O_CLOEXEC).map_err(|e| ToolError::Io(format!("creating a pipe: {e}")))
 }
 
 fn start(
@@ -721,42 +706,21 @@ fn start(
     limits: &ProcessesConfig,
     buffered: Arc<AtomicUsize>,
 ) -> Result<Arc<BgProcess>, ToolError> {
-    let user_ns = match tree::mechanism() {
-        Mechanism::PidNamespace => false,
-        Mechanism::UserPidNamespace => true,
-        _ => {
-            return Err(ToolError::Unavailable(
-                "background processes need a PID namespace per command, which this system does not allow (see `toolyard doctor`); run the command without background/yield_ms".into(),
-            ));
-        }
+    let Some(user_ns) = spawn::user_ns(tree::mechanism()) else {
+        return Err(ToolError::Unavailable(
+            "background processes need a PID namespace per command, which this system does not allow (see `toolyard doctor`); run the command without background/yield_ms".into(),
+        ));
     };
-    let c = |s: &[u8], what: &str| {
-        CString::new(s)
-            .map_err(|_| ToolError::InvalidArguments(format!("{what} contains a NUL byte")))
-    };
-    let program = CString::from(c"/bin/sh");
-    let args = vec![
-        program.clone(),
-        CString::from(c"-c"),
-        c(spec.command.as_bytes(), "the command")?,
-    ];
     let terminal = if spec.tty {
         Terminal::Pty
     } else {
         Terminal::None
     };
-    let env = spec
-        .env
-        .build_for(std::env::vars_os(), terminal)
-        .into_iter()
-        .map(|(k, v)| {
-            let mut kv = k.into_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            c(&kv, "an environment variable")
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let cwd = c(spec.cwd.as_os_str().as_bytes(), "the working directory")?;
+    let shell = ShellCommand::new(
+        &spec.command,
+        &spec.cwd,
+        spec.env.build_for(std::env::vars_os(), terminal),
+    )?;
 
     // Output: one stream (a terminal's, or stdout and stderr on one pipe, interleaved as a
     // person would see them). Input: the pty, or a pipe.
@@ -791,20 +755,11 @@ fn start(
         }
     };
     let spawned = on_spawner(move || {
-        let cmd = tree::NsCommand {
-            program: &program,
-            args: &args,
-            env: &env,
-            cwd: &cwd,
-            stdio: Some(stdio),
-            die_with_parent: true,
-        };
-        let r = tree::spawn_in_pid_namespace(&cmd, user_ns);
+        let r = shell.spawn(stdio, user_ns, true);
         // The child has its copies now; ours would keep the output open forever.
         drop(child_fds);
         r
-    })?
-    .map_err(|e| ToolError::Io(format!("cannot start `sh -c`: {e}")))?;
+    })??;
     let tree::NsSpawned { child, pidfd } = spawned;
     let io = |e: std::io::Error| ToolError::Io(format!("watching the process: {e}"));
     set_nonblocking(&out_read);
@@ -991,19 +946,14 @@ async fn watch(
         let _ = tokio::task::spawn_blocking(f).await;
     }
     let st = status.unwrap_or_else(|| std::process::ExitStatus::from_raw(127 << 8));
-    let signal = st
-        .signal()
-        .map(|n| match nix::sys::signal::Signal::try_from(n) {
-            Ok(s) => s.as_str().to_string(),
-            Err(_) => format!("signal {n}"),
-        });
+    let (exit_code, signal) = spawn::exit_of(st);
     {
         let mut s = lock(&proc.state);
         if let Some((_, f)) = &mut s.log {
             let _ = f.flush();
         }
         s.ended = Some(Ended {
-            exit_code: st.code(),
+            exit_code,
             signal,
             killed: s.killed,
             timed_out,

@@ -5,36 +5,35 @@
 //! By default stdout and stderr share one pipe, as `2>&1` would: the output reads in the order
 //! the command wrote it, as a terminal shows it, and the whole budget goes to what was printed.
 
-use std::ffi::CString;
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::Write as _;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, Interest};
 use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
-use toolyard_core::ToolError;
 use toolyard_core::shape::{HeadTail, Shaped};
 
 use crate::env::EnvPolicy;
+use crate::error::ExecError;
+use crate::fd;
+use crate::spawn::{self, ShellCommand};
+pub use crate::spill::SpillLimits;
 use crate::tree::{self, Mechanism};
+
+mod capture;
+use capture::{Capture, Stream, capture_text};
 
 /// How long readers may keep going after the command exited, before leftovers are killed.
 const EXIT_GRACE: Duration = Duration::from_millis(200);
-/// How long a timed-out command has between SIGTERM and SIGKILL: enough for git or a package
-/// manager to remove its lock files and for a test runner to print its summary, short next
-/// to any time limit a model sets.
-pub const TERM_GRACE: Duration = Duration::from_secs(2);
+pub use crate::spawn::TERM_GRACE;
 /// How long to drain the pipes after a kill before giving up on them.
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 /// How long to wait for a killed process to be reaped before giving up on it.
@@ -43,37 +42,6 @@ const REAP_GRACE: Duration = Duration::from_secs(5);
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Read buffer size per stream.
 const CHUNK: usize = 64 * 1024;
-
-/// Where one saved output (a cut command's, a background process's log) stops growing.
-pub(crate) const MAX_SAVED_BYTES: u64 = 64 << 20;
-
-/// How the saved full outputs are kept bounded. Checked each time a new one is written (so
-/// cheaply: one directory listing): files older than `max_age` go, then the oldest until the
-/// others number fewer than `max_files` and leave room for the new one at its cap within
-/// `max_total_bytes`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpillLimits {
-    /// A saved output older than this is deleted.
-    pub max_age: Duration,
-    /// Most files kept in the directory, the new one included.
-    pub max_files: usize,
-    /// Most bytes kept in the directory, the new one (at its cap) included.
-    pub max_total_bytes: u64,
-    /// One saved output stops growing here; a line at its end says the rest was not saved.
-    pub max_file_bytes: u64,
-}
-
-impl Default for SpillLimits {
-    /// 24 hours, 100 files, 256 MiB in all, 64 MiB per file.
-    fn default() -> Self {
-        Self {
-            max_age: Duration::from_secs(24 * 3600),
-            max_files: 100,
-            max_total_bytes: 256 << 20,
-            max_file_bytes: MAX_SAVED_BYTES,
-        }
-    }
-}
 
 /// How a command's stdout and stderr reach the result.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -317,7 +285,7 @@ impl ExecOutcome {
 }
 
 /// A command handed back still running by [`run_or_answer`]: what it printed so far, and the
-/// live process, for [`crate::background::ProcessTable::adopt`].
+/// live process, for a background process table to adopt (`ProcessTable::adopt`).
 pub struct Running {
     /// The output so far, shaped like a finished command's (no exit status yet).
     pub so_far: ExecOutcome,
@@ -352,23 +320,23 @@ pub enum Ran {
 }
 
 /// Run `req.command` with `sh -c` and capture its bounded output.
-pub async fn run(mut req: ExecRequest) -> Result<ExecOutcome, ToolError> {
+pub async fn run(mut req: ExecRequest) -> Result<ExecOutcome, ExecError> {
     req.answer_after = None;
     match run_or_answer(req).await? {
         Ran::Finished(outcome) => Ok(outcome),
-        Ran::Running(_) => Err(ToolError::Io(
-            "internal: a command was handed back running without being asked to".into(),
+        Ran::Running(_) => Err(ExecError::Internal(
+            "a command was handed back running without being asked to",
         )),
     }
 }
 
 /// [`run`], or, when [`ExecRequest::answer_after`] passes first, the command still running.
-pub async fn run_or_answer(req: ExecRequest) -> Result<Ran, ToolError> {
+pub async fn run_or_answer(req: ExecRequest) -> Result<Ran, ExecError> {
     if req.command.trim().is_empty() {
-        return Err(ToolError::InvalidArguments("command is empty".into()));
+        return Err(ExecError::EmptyCommand);
     }
     if !req.cwd.is_dir() {
-        return Err(ToolError::FileNotFound(req.cwd.clone()));
+        return Err(ExecError::NoDirectory(req.cwd.clone()));
     }
     let mechanism = tree::mechanism();
     let (mut child, mut out, err, input) = match spawn(&req, mechanism) {
@@ -434,7 +402,7 @@ pub async fn run_or_answer(req: ExecRequest) -> Result<Ran, ToolError> {
                 }
             },
             st = child.wait(), if status.is_none() => {
-                status = Some(st.map_err(|e| ToolError::Io(format!("waiting for the command: {e}")))?);
+                status = Some(st.map_err(|source| ExecError::Io { doing: "waiting for the command", source })?);
                 exited_at = Some(tokio::time::Instant::now());
             }
             _ = tokio::time::sleep_until(deadline), if !timed_out && !killed && status.is_none() => {
@@ -487,7 +455,8 @@ pub async fn run_or_answer(req: ExecRequest) -> Result<Ran, ToolError> {
     child.cleanup();
 
     let duration_ms = millis(started.elapsed());
-    let (exit_code, signal) = describe(status);
+    // Neither when it was never reaped.
+    let (exit_code, signal) = status.map_or((None, None), spawn::exit_of);
     let timeout_stop = timed_out.then(|| TimeoutStop {
         after_ms: millis(req.timeout),
         killed: escalated,
@@ -532,13 +501,16 @@ fn hand_over(
     req: &ExecRequest,
     deadline: tokio::time::Instant,
     started: Instant,
-) -> Result<Ran, ToolError> {
+) -> Result<Ran, ExecError> {
     let Proc::Ns(child, pidfd) = child else {
-        return Err(ToolError::Io(
-            "internal: only a command in a PID namespace can be handed back".into(),
+        return Err(ExecError::Internal(
+            "only a command in a PID namespace can be handed back",
         ));
     };
-    let io = |e: std::io::Error| ToolError::Io(format!("handing the command over: {e}"));
+    let io = |source: std::io::Error| ExecError::Io {
+        doing: "handing the command over",
+        source,
+    };
     let output = out.into_nonblocking_fd().map_err(io)?;
     let (log, log_file) = match capture.spill.into_log() {
         Some((path, file)) => (Some(path), Some(file)),
@@ -640,12 +612,10 @@ impl Proc {
     }
 }
 
-fn spawn(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, ToolError> {
-    match mechanism {
-        Mechanism::PidNamespace | Mechanism::UserPidNamespace => {
-            spawn_ns(req, matches!(mechanism, Mechanism::UserPidNamespace))
-        }
-        _ => spawn_tokio(req, mechanism),
+fn spawn(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, ExecError> {
+    match spawn::user_ns(mechanism) {
+        Some(user_ns) => spawn_ns(req, user_ns),
+        None => spawn_tokio(req, mechanism),
     }
 }
 
@@ -676,30 +646,9 @@ fn readers(out: OwnedFd, err: Option<OwnedFd>) -> std::io::Result<(Reader, Optio
     Ok((out, err))
 }
 
-fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<Spawned, ToolError> {
-    let c = |s: &[u8], what: &str| {
-        CString::new(s)
-            .map_err(|_| ToolError::InvalidArguments(format!("{what} contains a NUL byte")))
-    };
-    let program = CString::from(c"/bin/sh");
-    let args = [
-        program.clone(),
-        CString::from(c"-c"),
-        c(req.command.as_bytes(), "the command")?,
-    ];
-    let env = req
-        .env
-        .build(std::env::vars_os())
-        .into_iter()
-        .map(|(k, v)| {
-            let mut kv = k.into_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            c(&kv, "an environment variable")
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let cwd = c(req.cwd.as_os_str().as_bytes(), "the working directory")?;
-    let io = |e: std::io::Error| ToolError::Io(format!("watching the command: {e}"));
+fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<Spawned, ExecError> {
+    let shell = ShellCommand::new(&req.command, &req.cwd, req.env.build(std::env::vars_os()))?;
+    let io = watching;
     // The pipes are made here and handed over; the child's ends close on our side once it has
     // its copies.
     let (out_r, err_r, out_w, err_w) = output_pipes(req.streams).map_err(io)?;
@@ -710,21 +659,13 @@ fn spawn_ns(req: &ExecRequest, user_ns: bool) -> Result<Spawned, ToolError> {
         }
         None => (dev_null().map_err(io)?, None),
     };
-    let cmd = tree::NsCommand {
-        program: &program,
-        args: &args,
-        env: &env,
-        cwd: &cwd,
-        stdio: Some(tree::NsStdio {
-            stdin: stdin_r.as_raw_fd(),
-            stdout: out_w.as_raw_fd(),
-            stderr: err_w.as_raw_fd(),
-            controlling_tty: false,
-        }),
-        die_with_parent: false,
+    let stdio = tree::NsStdio {
+        stdin: stdin_r.as_raw_fd(),
+        stdout: out_w.as_raw_fd(),
+        stderr: err_w.as_raw_fd(),
+        controlling_tty: false,
     };
-    let spawned = tree::spawn_in_pid_namespace(&cmd, user_ns)
-        .map_err(|e| ToolError::Io(format!("cannot start `sh -c`: {e}")))?;
+    let spawned = shell.spawn(stdio, user_ns, false)?;
     drop((stdin_r, out_w, err_w));
     let tree::NsSpawned { child, pidfd, .. } = spawned;
     // SAFETY: the AsyncFd owns the pidfd, which stays open and the same until it is dropped.
@@ -745,19 +686,11 @@ fn dev_null() -> std::io::Result<OwnedFd> {
 
 /// A pipe whose both ends close on exec: (read end, write end).
 fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    use std::os::fd::FromRawFd;
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors that we then own.
-    unsafe {
-        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
-    }
+    fd::pipe(libc::O_CLOEXEC)
 }
 
-fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, ToolError> {
-    let io = |e: std::io::Error| ToolError::Io(format!("watching the command: {e}"));
+fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, ExecError> {
+    let io = watching;
     let (out_r, err_r, out_w, err_w) = output_pipes(req.streams).map_err(io)?;
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
@@ -772,12 +705,11 @@ fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, Tool
         .env_clear()
         .envs(req.env.build(std::env::vars_os()))
         .kill_on_drop(false);
-    let prepared = tree::prepare(&mut cmd, mechanism)
-        .map_err(|e| ToolError::Io(format!("preparing the command's cgroup: {e}")))?;
-    let layer = crate::sandbox::command_layer_fd();
+    let prepared = tree::prepare(&mut cmd, mechanism).map_err(ExecError::Cgroup)?;
+    let layer = crate::domain::command_layer_fd();
     // SAFETY: the hook makes raw syscalls only.
     unsafe {
-        cmd.pre_exec(move || crate::sandbox::enter_command_domain(layer));
+        cmd.pre_exec(move || crate::domain::enter_command_domain(layer));
     }
     let spawned = cmd.spawn();
     // Our copies of the write ends: the readers see the end of the output once the tree is gone.
@@ -798,384 +730,27 @@ fn spawn_tokio(req: &ExecRequest, mechanism: &Mechanism) -> Result<Spawned, Tool
         }
         Err(e) => {
             prepared.abandon();
-            Err(ToolError::Io(format!("cannot start `sh -c`: {e}")))
+            Err(ExecError::Start {
+                cwd: req.cwd.clone(),
+                source: e,
+            })
         }
     }
 }
 
-fn is_namespace_refusal(e: &ToolError) -> bool {
-    matches!(e, ToolError::Io(m) if m.contains("Operation not permitted") || m.contains("Invalid argument") || m.contains("No space left"))
+fn is_namespace_refusal(e: &ExecError) -> bool {
+    e.io_error().is_some_and(|io| {
+        matches!(
+            io.raw_os_error(),
+            Some(libc::EPERM | libc::EINVAL | libc::ENOSPC)
+        )
+    })
 }
 
-/// Exit code and signal name of a status (neither when it was never reaped).
-fn describe(status: Option<ExitStatus>) -> (Option<i32>, Option<String>) {
-    let Some(st) = status else {
-        return (None, None);
-    };
-    let signal = st
-        .signal()
-        .map(|n| match nix::sys::signal::Signal::try_from(n) {
-            Ok(s) => s.as_str().to_string(),
-            Err(_) => format!("signal {n}"),
-        });
-    (st.code(), signal)
-}
-
-#[derive(Clone, Copy)]
-enum Stream {
-    Out,
-    Err,
-}
-
-/// Bounded capture of the output, plus the spill file once it outgrows the limit.
-struct Capture {
-    /// The one stream (merged), or stdout.
-    out: HeadTail,
-    /// Stderr, when apart (unused when merged).
-    err: HeadTail,
-    merged: bool,
-    /// The bytes the result shows, for both streams together.
-    limit: usize,
-    /// The lines the result shows, for both streams together.
-    lines: u64,
-    spill: Spill,
-    raw_stdout: Vec<u8>,
-    raw_limit: usize,
-}
-
-impl Capture {
-    fn new(req: &ExecRequest) -> Self {
-        let spill = match &req.spill_dir {
-            Some(dir) => Spill::Pending {
-                path: dir.join(format!("{}.log", file_safe(&req.call_id))),
-                limits: req.spill_limits,
-                buffered: Vec::new(),
-            },
-            None => Spill::Off,
-        };
-        let limit = req.max_output_bytes;
-        let merged = req.streams == Streams::Merged;
-        // Apart, each stream may get the whole budget (the other printed nothing): both keep
-        // that much, and the budget is split when the result is shaped.
-        let out = HeadTail::new(limit);
-        let lines = out.limits().1;
-        Self {
-            out,
-            err: HeadTail::new(if merged { 0 } else { limit }),
-            merged,
-            limit,
-            lines,
-            spill,
-            raw_stdout: Vec::new(),
-            raw_limit: req.raw_stdout_limit,
-        }
-    }
-
-    fn push(&mut self, stream: Stream, chunk: &[u8]) {
-        match stream {
-            Stream::Out => {
-                let room = self.raw_limit.saturating_sub(self.raw_stdout.len());
-                self.raw_stdout
-                    .extend_from_slice(&chunk[..room.min(chunk.len())]);
-                self.out.push(chunk);
-            }
-            Stream::Err => self.err.push(chunk),
-        }
-        // Spill as soon as the result can no longer show all of it.
-        let overflow = if self.merged {
-            self.out.cut()
-        } else {
-            self.out.cut()
-                || self.err.cut()
-                || self.out.total_bytes() + self.err.total_bytes() > self.limit as u64
-                || self.out.total_lines() + self.err.total_lines() > self.lines
-        };
-        self.spill.push(chunk, overflow);
-    }
-
-    fn finish(
-        self,
-        exit_code: Option<i32>,
-        signal: Option<String>,
-        timeout_stop: Option<TimeoutStop>,
-        cancelled: bool,
-        duration_ms: u64,
-    ) -> ExecOutcome {
-        let (stdout_bytes, stderr_bytes) = (self.out.total_bytes(), self.err.total_bytes());
-        let full_output = self.spill.finish();
-        let hint = full_output
-            .as_ref()
-            .map(|p| format!("full output in {}", p.display()));
-        let (stdout, stderr, truncated) =
-            capture_text(self.out, self.err, self.merged, self.limit, hint.as_deref());
-        ExecOutcome {
-            exit_code,
-            signal,
-            stdout,
-            stderr,
-            merged: self.merged,
-            timed_out: timeout_stop.is_some(),
-            timeout_stop,
-            cancelled,
-            truncated,
-            duration_ms,
-            stdout_bytes,
-            stderr_bytes,
-            full_output: if truncated { full_output } else { None },
-            raw_stdout: self.raw_stdout,
-            sandbox_note: None,
-        }
-    }
-}
-
-/// The shown text of the captured streams within `limit` bytes (and its lines), and whether
-/// anything was cut. Apart, a stream that printed less than half the budget leaves the rest to
-/// the other.
-fn capture_text(
-    out: HeadTail,
-    err: HeadTail,
-    merged: bool,
-    limit: usize,
-    hint: Option<&str>,
-) -> (String, String, bool) {
-    if merged {
-        let shaped: Shaped = out.finish(hint);
-        let cut = shaped.truncated();
-        return (shaped.text, String::new(), cut);
-    }
-    let lines = out.limits().1;
-    let bytes = share(out.total_bytes(), err.total_bytes(), limit as u64);
-    let line_shares = share(out.total_lines(), err.total_lines(), lines);
-    let o = out.finish_within(to_usize(bytes.0), line_shares.0, hint);
-    let e = err.finish_within(to_usize(bytes.1), line_shares.1, hint);
-    let cut = o.truncated() || e.truncated();
-    (o.text, e.text, cut)
-}
-
-fn to_usize(n: u64) -> usize {
-    usize::try_from(n).unwrap_or(usize::MAX)
-}
-
-/// Split `budget` between two streams of sizes `a` and `b`: each keeps what it has up to half,
-/// and the rest goes to the other.
-fn share(a: u64, b: u64, budget: u64) -> (u64, u64) {
-    let half = budget / 2;
-    let other_half = budget - half;
-    let a_share = if b <= other_half {
-        budget - b
-    } else if a <= half {
-        a
-    } else {
-        half
-    };
-    let b_share = if a <= half {
-        budget - a
-    } else if b <= other_half {
-        b
-    } else {
-        other_half
-    };
-    (a_share, b_share)
-}
-
-/// The full output: kept in memory while it fits the limit, then streamed to a file.
-enum Spill {
-    Off,
-    Pending {
-        path: PathBuf,
-        limits: SpillLimits,
-        buffered: Vec<u8>,
-    },
-    Writing {
-        path: PathBuf,
-        file: File,
-        /// Bytes still allowed in the file; at 0 the rest of the output is dropped.
-        room: u64,
-    },
-    Failed,
-}
-
-impl Spill {
-    fn push(&mut self, chunk: &[u8], overflow: bool) {
-        match self {
-            Spill::Off | Spill::Failed => {}
-            Spill::Pending {
-                path,
-                limits,
-                buffered,
-            } => {
-                if !overflow {
-                    buffered.extend_from_slice(chunk);
-                    return;
-                }
-                if let Some(dir) = path.parent() {
-                    prune_spills(dir, limits, SystemTime::now());
-                }
-                let room = limits.max_file_bytes;
-                let opened = create_spill(path).and_then(|file| {
-                    let mut writing = Spill::Writing {
-                        path: path.clone(),
-                        file,
-                        room,
-                    };
-                    writing.write(buffered)?;
-                    writing.write(chunk)?;
-                    Ok(writing)
-                });
-                *self = match opened {
-                    Ok(writing) => writing,
-                    Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "cannot write the spill file");
-                        let _ = std::fs::remove_file(&*path);
-                        Spill::Failed
-                    }
-                };
-            }
-            Spill::Writing { path, .. } => {
-                let path = path.clone();
-                if let Err(e) = self.write(chunk) {
-                    tracing::warn!(path = %path.display(), error = %e, "cannot write the spill file");
-                    let _ = std::fs::remove_file(&path);
-                    *self = Spill::Failed;
-                }
-            }
-        }
-    }
-
-    /// Append to the file up to its cap; the write that reaches the cap ends it with a note.
-    fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
-        let Spill::Writing { file, room, .. } = self else {
-            return Ok(());
-        };
-        if *room == 0 || chunk.is_empty() {
-            return Ok(());
-        }
-        let take = usize::try_from(*room).map_or(chunk.len(), |r| r.min(chunk.len()));
-        file.write_all(&chunk[..take])?;
-        *room -= take as u64;
-        if *room == 0 {
-            file.write_all(b"\n[toolyard: the output beyond this point was not saved]\n")?;
-        }
-        Ok(())
-    }
-
-    /// The file to go on writing the whole output to, for a command that keeps running past
-    /// the call: the spill file, made now if the output still fitted in memory.
-    fn into_log(self) -> Option<(PathBuf, File)> {
-        match self {
-            Spill::Pending {
-                path,
-                limits,
-                buffered,
-            } => {
-                if let Some(dir) = path.parent() {
-                    prune_spills(dir, &limits, SystemTime::now());
-                }
-                let made = create_spill(&path).and_then(|mut file| {
-                    file.write_all(&buffered)?;
-                    Ok(file)
-                });
-                match made {
-                    Ok(file) => Some((path, file)),
-                    Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "cannot write the output file");
-                        let _ = std::fs::remove_file(&path);
-                        None
-                    }
-                }
-            }
-            Spill::Writing { path, file, .. } => Some((path, file)),
-            Spill::Off | Spill::Failed => None,
-        }
-    }
-
-    /// The spill file, when the output outgrew memory and was saved whole (or up to its cap).
-    fn finish(self) -> Option<PathBuf> {
-        match self {
-            Spill::Writing { path, mut file, .. } => match file.flush() {
-                Ok(()) => Some(path),
-                Err(_) => None,
-            },
-            _ => None,
-        }
-    }
-}
-
-/// Create the spill file afresh and private. Commands may write in its directory, so whatever
-/// sits at its name (a link planted there, say) is removed, never followed.
-fn create_spill(path: &std::path::Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    // create_new (O_EXCL) fails on anything at the name, a link included.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-}
-
-/// Keep `dir` within `limits` before a new spill file is written there: delete files older
-/// than `max_age`, then the oldest until the rest number under `max_files` and, with room for
-/// the new file at its cap, fit `max_total_bytes`. Best effort: a file that cannot be deleted
-/// (or a concurrent call's) is only left behind.
-fn prune_spills(dir: &std::path::Path, limits: &SpillLimits, now: SystemTime) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
-        .flatten()
-        .filter_map(|e| {
-            // Commands may write here too: never follow a link, never enter a directory.
-            let meta = e.path().symlink_metadata().ok()?;
-            if meta.is_dir() {
-                return None;
-            }
-            let modified = meta.modified().unwrap_or(now);
-            Some((modified, meta.len(), e.path()))
-        })
-        .collect();
-    // Newest first.
-    files.sort_by_key(|f| std::cmp::Reverse(f.0));
-    let budget = limits.max_total_bytes.saturating_sub(limits.max_file_bytes);
-    let mut kept_bytes = 0u64;
-    let mut kept = 0usize;
-    for (modified, len, path) in files {
-        let too_old = now
-            .duration_since(modified)
-            .is_ok_and(|age| age > limits.max_age);
-        let fits = kept + 1 < limits.max_files && kept_bytes.saturating_add(len) <= budget;
-        if !too_old && fits {
-            kept += 1;
-            kept_bytes += len;
-            continue;
-        }
-        match std::fs::remove_file(&path) {
-            Ok(()) => tracing::debug!(path = %path.display(), too_old, "removed a saved output"),
-            Err(e) => {
-                tracing::debug!(path = %path.display(), error = %e, "cannot remove a saved output")
-            }
-        }
-    }
-}
-
-/// `call_id` made safe as a file name.
-fn file_safe(id: &str) -> String {
-    let s: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if s.is_empty() || s.starts_with('.') {
-        format!("call{s}")
-    } else {
-        s
+/// The error for a failed step in watching a command's pipes and process.
+fn watching(source: std::io::Error) -> ExecError {
+    ExecError::Io {
+        doing: "watching the command",
+        source,
     }
 }

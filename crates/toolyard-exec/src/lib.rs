@@ -2,10 +2,10 @@
 //!
 //! Processes for Toolyard: run a command in the workspace with a timeout that kills the whole
 //! process tree, bounded head-and-tail capture, lane sandboxes (Landlock, seccomp, namespaces,
-//! rlimits), and the command policy that refuses obviously destructive commands.
+//! rlimits). The command policy lives in `toolyard-policy`.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), toolyard_core::ToolError> {
+//! # async fn demo() -> Result<(), toolyard_exec::ExecError> {
 //! use std::time::Duration;
 //! use toolyard_exec::exec::{ExecRequest, run};
 //!
@@ -20,13 +20,18 @@
 //! see [`sandbox::apply`].
 
 pub mod background;
+mod domain;
 pub mod env;
+mod error;
 pub mod exec;
-pub mod policy;
+mod fd;
 pub mod protect;
 pub mod sandbox;
+mod spawn;
+mod spill;
 mod tree;
 
 pub use env::{EnvPolicy, ExecConfig, Terminal, hide_secrets_from_proc};
+pub use error::ExecError;
 pub use exec::{ExecOutcome, ExecProgress, ExecRequest, Ran, Running, Streams, run, run_or_answer};
 pub use tree::{FORCE_MECHANISM_ENV, tree_kill_mechanism};

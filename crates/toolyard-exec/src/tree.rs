@@ -179,17 +179,9 @@ impl Tree {
 /// Configure `cmd` so its tree can be killed with the current mechanism; call [`Tree::new`]
 /// with the spawned pid afterwards.
 pub(crate) fn prepare(cmd: &mut Command, m: &Mechanism) -> io::Result<Prepared> {
-    cmd.process_group(0);
-    let leaf = match m {
-        Mechanism::Cgroup(parent) => Some(CgroupLeaf::create(parent)?),
-        _ => None,
-    };
-    let hook = PreExec::new(leaf.as_ref());
-    // SAFETY: the hook only makes async-signal-safe syscalls on data prepared before the fork.
-    unsafe {
-        cmd.pre_exec(move || hook.run());
-    }
-    Ok(Prepared { leaf })
+    Ok(Prepared {
+        leaf: prepare_std(cmd.as_std_mut(), m)?,
+    })
 }
 
 /// A command configured by [`prepare`], not yet spawned.
@@ -215,6 +207,7 @@ impl Prepared {
     }
 }
 
+/// [`prepare`] for a `std` command: its cgroup leaf, if the mechanism makes one.
 fn prepare_std(cmd: &mut std::process::Command, m: &Mechanism) -> io::Result<Option<CgroupLeaf>> {
     use std::os::unix::process::CommandExt;
     cmd.process_group(0);
@@ -223,7 +216,7 @@ fn prepare_std(cmd: &mut std::process::Command, m: &Mechanism) -> io::Result<Opt
         _ => None,
     };
     let hook = PreExec::new(leaf.as_ref());
-    // SAFETY: as in `prepare`.
+    // SAFETY: the hook only makes async-signal-safe syscalls on data prepared before the fork.
     unsafe {
         cmd.pre_exec(move || hook.run());
     }
@@ -416,17 +409,6 @@ struct CloneArgs {
     tls: u64,
 }
 
-fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors that we then own.
-    unsafe {
-        if libc::pipe2(fds.as_mut_ptr(), flags) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
-    }
-}
-
 /// Start `cmd` as PID 2 of a new PID namespace (in a new user namespace too when `user_ns`),
 /// under an init of our own as PID 1, in a process group of its own, with the given standard
 /// descriptors (or /dev/null).
@@ -465,7 +447,7 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
             (null, null, null)
         }
     };
-    let (report_r, report_w) = pipe(libc::O_CLOEXEC | libc::O_NONBLOCK)?;
+    let (report_r, report_w) = crate::fd::pipe(libc::O_CLOEXEC | libc::O_NONBLOCK)?;
     let id_maps = user_ns.then(IdMaps::current);
     // The stack grows down; keep its top 16-byte aligned.
     let top = SPAWN_STACK_MEM
@@ -485,7 +467,7 @@ pub(crate) fn spawn_in_pid_namespace(cmd: &NsCommand<'_>, user_ns: bool) -> io::
         report: report_w.as_raw_fd(),
         id_maps: id_maps.as_ref(),
         stack_top,
-        layer: crate::sandbox::command_layer_fd(),
+        layer: crate::domain::command_layer_fd(),
         controlling_tty: cmd.stdio.is_some_and(|s| s.controlling_tty),
         die_with_parent: cmd.die_with_parent,
         term_request: term_request(),
@@ -756,7 +738,7 @@ extern "C" fn exec_command(arg: *mut libc::c_void) -> libc::c_int {
             libc::_exit(126);
         }
         // The init stays in the runner's domain; only the command is shut out of it.
-        if crate::sandbox::enter_command_domain(ctx.layer).is_err() {
+        if crate::domain::enter_command_domain(ctx.layer).is_err() {
             const MSG: &[u8] = b"toolyard: the command could not enter its sandbox domain\n";
             libc::write(2, MSG.as_ptr().cast(), MSG.len());
             libc::_exit(126);

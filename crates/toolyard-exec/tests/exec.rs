@@ -184,7 +184,7 @@ async fn missing_cwd_is_an_error() {
     let err = run(request(Path::new("/no/such/dir/xyz"), "true"))
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "file_not_found");
+    assert_eq!(toolyard_core::ToolError::from(err).kind(), "file_not_found");
 }
 
 #[tokio::test]

@@ -427,13 +427,28 @@ impl Manager {
         let mut parts: Vec<String> = Vec::new();
         let mut waits: Vec<Wait> = Vec::new();
         let mut seen = HashSet::new();
-        for rel in files.iter().take(MAX_FILES) {
+        // Files past MAX_FILES, and removed ones, by language: told, not waited for.
+        let mut on_disk: HashMap<String, Vec<(String, bool)>> = HashMap::new();
+        let mut unchecked = 0;
+        for rel in files {
             if !seen.insert(rel.clone()) {
                 continue;
             }
             let Some(lang) = self.language_of(rel) else {
                 continue;
             };
+            let exists = self.root.join(rel).is_file();
+            if lang.server.is_some() && (!exists || waits.len() >= MAX_FILES) {
+                unchecked += usize::from(exists);
+                on_disk
+                    .entry(lang.name.clone())
+                    .or_default()
+                    .push((rel.clone(), exists));
+                continue;
+            }
+            if waits.len() >= MAX_FILES {
+                continue;
+            }
             if lang.server.is_some() {
                 match self.server(lang) {
                     Ok((server, note)) => {
@@ -490,8 +505,23 @@ impl Manager {
                 parts.push(format!("note: {}", self.no_server_text(lang)));
             }
         }
+        for (lang, changes) in on_disk {
+            // A server that is not running reads the disk when it starts: nothing to tell.
+            let server = lock(&self.servers)
+                .get(&lang)
+                .filter(|s| s.server.dead().is_none())
+                .map(|s| s.server.clone());
+            if let Some(server) = server {
+                server.files_on_disk(&changes);
+            }
+        }
         for w in waits {
             parts.push(self.settle(w, deadline));
+        }
+        if unchecked > 0 {
+            parts.push(format!(
+                "{unchecked} more changed file(s) were passed to the language servers without waiting for their diagnostics; diagnostics {{\"path\": FILE}} checks one"
+            ));
         }
         (!parts.is_empty()).then(|| parts.join("\n"))
     }

@@ -421,6 +421,40 @@ impl Server {
         (1, seq, true)
     }
 
+    /// Tell the server of files that changed on disk without their text being sent
+    /// (`workspace/didChangeWatchedFiles`; `true`: the file is there, `false`: removed). A
+    /// removed file that was open is closed first and its diagnostics dropped. Nothing is sent
+    /// before `initialize` is answered: the server reads the disk then.
+    pub(crate) fn files_on_disk(&self, changes: &[(String, bool)]) {
+        let ready = matches!(self.lock().ready, Some(Ok(_)));
+        if !ready || changes.is_empty() {
+            return;
+        }
+        let mut events = Vec::new();
+        for (rel, exists) in changes {
+            let uri = self.uri(rel);
+            if !exists {
+                let was_open = {
+                    let mut st = self.lock();
+                    st.published.remove(&uri);
+                    st.docs.remove(rel).is_some()
+                };
+                if was_open {
+                    self.notify(
+                        "textDocument/didClose",
+                        json!({"textDocument": {"uri": uri}}),
+                    );
+                }
+            }
+            // FileChangeType: 2 changed, 3 deleted.
+            events.push(json!({"uri": uri, "type": if *exists { 2 } else { 3 }}));
+        }
+        self.notify(
+            "workspace/didChangeWatchedFiles",
+            json!({"changes": events}),
+        );
+    }
+
     /// The document as the server has it.
     pub(crate) fn doc(&self, rel: &str) -> Option<Doc> {
         self.lock().docs.get(rel).cloned()

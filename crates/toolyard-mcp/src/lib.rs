@@ -38,9 +38,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
+    ContentBlock, GetMeta, Implementation, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
+    ServerJsonRpcMessage, ServerResult, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -50,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 use toolyard_core::{Progress, ProgressSink, ToolDefinition, ToolResult};
 use toolyard_runner::{CallRequest, Dispatcher};
 
+mod approve;
 #[cfg(feature = "conformance")]
 mod fixtures;
 mod gate;
@@ -104,6 +106,8 @@ struct Shared {
     /// Serve the conformance suite's fixtures too (only with the `conformance` feature).
     #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
     fixtures: bool,
+    /// Network requests asked of 2026-07-28 clients and not answered yet.
+    open_asks: approve::Open,
 }
 
 impl Shared {
@@ -122,6 +126,7 @@ impl Shared {
             forms,
             http,
             fixtures: fixtures_enabled(),
+            open_asks: approve::Open::default(),
         }
     }
 }
@@ -163,6 +168,8 @@ pub struct ToolyardServer {
 /// the conformance fixtures need (log level, subscriptions).
 #[derive(Default)]
 struct ConnState {
+    /// The protocol version negotiated by `initialize`, once the client said `initialized`.
+    negotiated: std::sync::OnceLock<ProtocolVersion>,
     /// The dispatcher and the `Mcp-Session-Id` sessions this connection served.
     ended: std::sync::Mutex<Option<(Arc<Dispatcher>, HashSet<String>)>>,
     #[cfg(feature = "conformance")]
@@ -252,14 +259,27 @@ impl ToolyardServer {
         &self,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> CallToolResponse {
         let session = self.session_for(&ctx);
         // A cookie session lives while its client calls; the reaper ends it when idle.
         let _in_flight = session
             .starts_with(COOKIE_SESSION)
             .then(|| self.shared.cookies.begin(&session));
         let tool = request.name.to_string();
-        let args = Value::Object(request.arguments.unwrap_or_default());
+        let arguments = request.arguments.unwrap_or_default();
+        // A network request is asked of the user through this client (see `approve`).
+        let retry = (
+            request.request_state.as_deref(),
+            request.input_responses.as_ref(),
+        );
+        let approver = Arc::new(approve::McpApprover::new(
+            &ctx,
+            &self.shared.open_asks,
+            &tool,
+            &arguments,
+            retry,
+        ));
+        let args = Value::Object(arguments.clone());
         let token = ctx.meta.get_progress_token();
         let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
         let progress: Option<ProgressSink> = token.as_ref().map(|_| {
@@ -276,6 +296,7 @@ impl ToolyardServer {
             // rmcp cancels this token on `notifications/cancelled` and when the connection closes.
             cancel: ctx.ct.clone(),
             progress,
+            approver: Some(approve::shared(&approver)),
         };
         let dispatcher = self.shared.dispatcher.clone();
         // A task of its own: the call finishes (and its cancellation reaches the runner) even if
@@ -298,10 +319,13 @@ impl ToolyardServer {
                 send_progress(&ctx, t, p).await;
             }
         }
+        if let Some(ask) = approver.input_required(&self.shared.open_asks, &tool, &arguments) {
+            return ask.into();
+        }
         let result = result.unwrap_or_else(|e| {
             ToolResult::failure("internal", format!("the call of `{tool}` failed: {e}"))
         });
-        to_call_result(result, self.shared.form(&tool))
+        to_call_result(result, self.shared.form(&tool)).into()
     }
 }
 
@@ -440,6 +464,12 @@ impl ServerHandler for ToolyardServer {
             ))
     }
 
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        if let Some(info) = context.peer.peer_info() {
+            let _ = self.state.negotiated.set(info.protocol_version.clone());
+        }
+    }
+
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(PROTOCOL_VERSIONS)
     }
@@ -473,7 +503,7 @@ impl ServerHandler for ToolyardServer {
         }
         // An unknown tool is a result the model can read too (it lists the tools that exist):
         // the dispatcher answers it like any other failure.
-        Ok(self.call_dispatcher(request, ctx).await.into())
+        Ok(self.call_dispatcher(request, ctx).await)
     }
 
     #[cfg(feature = "conformance")]
@@ -594,8 +624,18 @@ pub async fn serve_stdio_as(
     };
     let session = server.session().to_string();
     tracing::info!(session = %session, "serving MCP over stdio");
-    let (input, output) = rmcp::transport::stdio_pipes();
-    let transport = stdio::Guarded::new(input, output);
+    let runtime = tokio::runtime::Handle::current();
+    let front = Arc::new(Prompt {
+        server: server.clone(),
+        runtime: runtime.clone(),
+    });
+    let (transport, writer) = stdio::Fd::dup(0)
+        .and_then(|input| Ok((input, stdio::Fd::dup(1)?)))
+        .and_then(|(input, output)| stdio::guarded(runtime, front, input, output))
+        .map_err(|source| ServeError::Io {
+            context: "starting the stdio transport".into(),
+            source,
+        })?;
     let served = match server.serve(transport).await {
         Ok(running) => running
             .waiting()
@@ -612,7 +652,102 @@ pub async fn serve_stdio_as(
     };
     // The client is gone: so are the processes it started.
     dispatcher.end_session(&session).await;
+    // The last replies reach stdout before we return.
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
     served
+}
+
+/// What the stdio transport's own threads answer without rmcp: a `ping` of a session opened by
+/// `initialize`, and a call of a [prompt](Dispatcher::is_prompt) tool in either protocol era
+/// (an `initialize` session, or a 2026-07-28 request whose metadata is complete). That is
+/// exactly what rmcp would answer, shaped for the request's era, without its tasks and their
+/// hand-offs between threads. A progress token changes nothing: prompt tools report no
+/// progress. Anything rmcp would refuse (incomplete metadata, an unknown version) is left to
+/// rmcp, whose errors are the reference.
+struct Prompt {
+    server: ToolyardServer,
+    runtime: tokio::runtime::Handle,
+}
+
+/// The protocol era a request is answered in.
+#[derive(PartialEq)]
+enum Era {
+    /// A session opened by `initialize`, before 2026-07-28.
+    Initialized,
+    /// A request carrying complete 2026-07-28 metadata.
+    Inline,
+}
+
+impl Prompt {
+    /// The era of a request with metadata `meta`, when it is one the front answers in.
+    fn era(&self, meta: &rmcp::model::RequestMetaObject) -> Option<Era> {
+        let inline = ProtocolVersion::V_2026_07_28;
+        match meta.protocol_version() {
+            None => {
+                let negotiated = self.server.state.negotiated.get()?;
+                (negotiated.as_str() < inline.as_str()).then_some(Era::Initialized)
+            }
+            Some(v) => (v.as_str() >= inline.as_str()
+                && PROTOCOL_VERSIONS.contains(&v)
+                && meta.missing_required_keys(&inline).is_empty())
+            .then_some(Era::Inline),
+        }
+    }
+}
+
+impl stdio::Front for Prompt {
+    fn takes(&self, message: &ClientJsonRpcMessage, alone: bool) -> bool {
+        let ClientJsonRpcMessage::Request(request) = message else {
+            return false;
+        };
+        let Some(era) = self.era(request.request.get_meta()) else {
+            return false;
+        };
+        match &request.request {
+            ClientRequest::PingRequest(_) => era == Era::Initialized,
+            ClientRequest::CallToolRequest(call) => {
+                #[cfg(feature = "conformance")]
+                if self.server.shared.fixtures && fixtures::is_fixture_tool(&call.params.name) {
+                    return false;
+                }
+                let args = call.params.arguments.as_ref();
+                self.server
+                    .shared
+                    .dispatcher
+                    .is_prompt(&call.params.name, args, alone)
+            }
+            _ => false,
+        }
+    }
+
+    fn answer(&self, message: ClientJsonRpcMessage) -> ServerJsonRpcMessage {
+        let Some((request, id)) = message.into_request() else {
+            return ServerJsonRpcMessage::error(
+                McpError::internal_error("not a request: nothing to answer", None),
+                None,
+            );
+        };
+        let era = self.era(request.get_meta());
+        let mut result = match request {
+            ClientRequest::CallToolRequest(call) => {
+                let call = call.params;
+                let tool = call.name.to_string();
+                let args = Value::Object(call.arguments.unwrap_or_default());
+                let request = CallRequest::new(self.server.session.clone(), tool.clone(), args);
+                let shared = &self.server.shared;
+                let result = shared.dispatcher.call_here(&self.runtime, request);
+                ServerResult::CallToolResult(to_call_result(result, shared.form(&tool)))
+            }
+            _ => ServerResult::empty(()),
+        };
+        // What rmcp's handler does last, per era.
+        if era == Some(Era::Inline) {
+            result.fill_missing_cache_hints();
+        } else {
+            result.strip_result_type_for_legacy_peer();
+        }
+        ServerJsonRpcMessage::response(result, id)
+    }
 }
 
 /// A streamable HTTP server bound to its address, not yet serving.

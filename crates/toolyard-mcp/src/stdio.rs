@@ -14,15 +14,20 @@
 //! wrote it, in every line on the way out ([`RawIds`]).
 
 use std::collections::HashMap;
+use std::io::{BufRead, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, DuplexStream};
+use tokio::sync::mpsc;
 
 /// The longest line accepted (a `write_file` of a large file is one line).
 pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Room in each pipe between the guard and rmcp.
+const PIPE_BYTES: usize = 256 * 1024;
 
 /// What to do with one line from the client.
 #[derive(Debug)]
@@ -477,213 +482,314 @@ fn end_of_value(text: &[u8], i: usize) -> Option<usize> {
     }
 }
 
-/// The guarded stdio transport: rmcp's [`Transport`](rmcp::transport::Transport) over `input` and `output` (this
-/// process's stdin and stdout, as [`rmcp::transport::stdio_pipes`] drives them: through the
-/// runtime's non-blocking pipe driver when they are pipes), with the line guard in front of
-/// rmcp's reader. Each line is [judged](judge): a message goes to rmcp already parsed; a line
-/// the guard answers itself (unparseable JSON, a bad id, an overlong line) gets its answer
-/// written at once; valid JSON that is not a message is answered as rmcp's own reader
-/// answers it. Everything going out passes [`RawIds::swap_out`].
+/// What the transport's own threads answer, without rmcp.
+pub(crate) trait Front: Send + Sync + 'static {
+    /// Whether `message` is one this answers; `alone` when no other line is waiting.
+    fn takes(&self, message: &ClientJsonRpcMessage, alone: bool) -> bool;
+    /// The answer to a message [`Front::takes`].
+    fn answer(&self, message: ClientJsonRpcMessage) -> ServerJsonRpcMessage;
+}
+
+/// The guarded stdio transport over `input` and `output` (this process's stdin and stdout).
 ///
-/// Nothing here hops threads: reading, judging and writing happen on the task that polls the
-/// transport (rmcp's service loop), so over a runtime of one worker a call costs no hand-off.
-pub(crate) struct Guarded<R> {
-    input: tokio::io::BufReader<R>,
-    /// The line being read (kept across a cancelled `receive`).
-    line: Vec<u8>,
-    /// Past [`MAX_LINE_BYTES`]: the rest of this line is skipped.
-    too_long: bool,
-    out: Arc<Out>,
-    /// The guard's own answer being written, awaited before the next line is read (its
-    /// write goes on even if a `receive` is dropped meanwhile).
-    replying: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
-}
-
-/// Where answers go: stdout, whole lines under one lock, with the ids swapped on the way in
-/// put back.
-struct Out {
-    output: tokio::sync::Mutex<Box<dyn AsyncWrite + Send + Unpin>>,
-    ids: RawIds,
-}
-
-impl Out {
-    /// Write one whole line (with its newline) before any other.
-    async fn write_line(&self, line: &[u8]) -> std::io::Result<()> {
-        let line = self.ids.swap_out(line);
-        let mut output = self.output.lock().await;
-        output.write_all(&line).await?;
-        output.flush().await
-    }
-
-    /// `message` as one line.
-    fn encode(message: &impl serde::Serialize) -> Vec<u8> {
-        match serde_json::to_vec(message) {
-            Ok(mut text) => {
-                text.push(b'\n');
-                text
-            }
-            Err(e) => line_of(&error_reply(
-                None,
-                -32603,
-                format!("Internal error: the reply could not be encoded: {e}"),
-            )),
-        }
-    }
-}
-
-/// `value` as one line.
-fn line_of(value: &Value) -> Vec<u8> {
-    let mut text = value.to_string().into_bytes();
-    text.push(b'\n');
-    text
-}
-
-impl<R: AsyncRead + Send + Unpin> Guarded<R> {
-    /// The transport over `input` and `output`.
-    pub(crate) fn new(input: R, output: impl AsyncWrite + Send + Unpin + 'static) -> Self {
-        Self {
-            input: tokio::io::BufReader::with_capacity(64 * 1024, input),
-            line: Vec::new(),
-            too_long: false,
-            out: Arc::new(Out {
-                output: tokio::sync::Mutex::new(Box::new(output)),
-                ids: RawIds::default(),
-            }),
-            replying: None,
-        }
-    }
-
-    /// Write the guard's own answer `line`, without letting a dropped `receive` cut it short.
-    async fn reply(&mut self, line: Vec<u8>) -> std::io::Result<()> {
-        let out = self.out.clone();
-        self.replying = Some(tokio::spawn(async move { out.write_line(&line).await }));
-        self.replied().await
-    }
-
-    /// Wait for the guard's answer being written, if one is.
-    async fn replied(&mut self) -> std::io::Result<()> {
-        let Some(writing) = self.replying.as_mut() else {
-            return Ok(());
-        };
-        let written = writing.await;
-        self.replying = None;
-        written.map_err(std::io::Error::other)?
-    }
-
-    /// Read one line into `self.line` (without its newline); past [`MAX_LINE_BYTES`], keep
-    /// only the start (for its id) and skip the rest. Safe to cancel: what was read stays in
-    /// `self.line` for the next call.
-    async fn read_line(&mut self) -> std::io::Result<LineRead> {
-        loop {
-            let chunk = self.input.fill_buf().await?;
-            if chunk.is_empty() {
-                return Ok(match (self.too_long, self.line.is_empty()) {
-                    (true, _) => LineRead::TooLong,
-                    (false, true) => LineRead::Eof,
-                    (false, false) => LineRead::Line,
-                });
-            }
-            let (take, done) = match memchr::memchr(b'\n', chunk) {
-                Some(i) => (i, true),
-                None => (chunk.len(), false),
-            };
-            if !self.too_long {
-                let room = MAX_LINE_BYTES - self.line.len();
-                if take > room {
-                    self.too_long = true;
-                    self.line.extend_from_slice(&chunk[..room.min(4096)]);
-                } else {
-                    self.line.extend_from_slice(&chunk[..take]);
+/// A *front thread* of its own reads `input`. Each line is judged; a message `front` takes (a
+/// ping, a read of a file) is answered on that thread and written out at once: no hand-off
+/// between threads, so such a call costs one wake-up. When more lines are already waiting (a
+/// client with many calls in flight), it hands such messages to a few *call threads* instead,
+/// so they are answered on every core. Every other message goes to rmcp, whose replies a
+/// *writer thread* copies out. All of them write whole lines under one lock. Blocking reads
+/// and writes happen only on these threads, never on the runtime's. Should a call on the front
+/// thread not return (a file system that hangs), another front thread takes over the reading
+/// after [`TAKE_OVER_AFTER`]: one stuck call never stops the others being answered.
+///
+/// Returns the reader and writer rmcp serves on, and the writer thread (join it after the
+/// service ends, so the last replies reach stdout).
+pub(crate) fn guarded(
+    runtime: tokio::runtime::Handle,
+    front: Arc<dyn Front>,
+    input: Fd,
+    output: Fd,
+) -> std::io::Result<((DuplexStream, DuplexStream), std::thread::JoinHandle<()>)> {
+    let out = Arc::new(Out {
+        fd: Mutex::new(output),
+        ids: RawIds::default(),
+    });
+    let (rmcp_in, feed) = tokio::io::duplex(PIPE_BYTES);
+    let (rmcp_out, replies) = tokio::io::duplex(PIPE_BYTES);
+    let (lines_tx, mut lines_rx) = mpsc::channel::<Vec<u8>>(64);
+    runtime.spawn(pump_replies(replies, lines_tx));
+    let writer_out = out.clone();
+    let writer = std::thread::Builder::new()
+        .name("toolyard-stdout".into())
+        .spawn(move || {
+            while let Some(line) = lines_rx.blocking_recv() {
+                if writer_out.write_line(&line).is_err() {
+                    return;
                 }
             }
-            self.input.consume(take + usize::from(done));
-            if done {
-                return Ok(if self.too_long {
-                    LineRead::TooLong
-                } else {
-                    LineRead::Line
-                });
-            }
+        })?;
+    let calls = CallThreads::start(front.clone(), out.clone())?;
+    let door = Arc::new(Door {
+        input: Mutex::new(std::io::BufReader::with_capacity(64 * 1024, input)),
+        feed: Mutex::new(feed),
+        out,
+        runtime,
+        front,
+        calls: Some(calls),
+        free: std::sync::atomic::AtomicUsize::new(1),
+        all_busy_since: Mutex::new(None),
+        ended: (Mutex::new(false), std::sync::Condvar::new()),
+    });
+    door.clone().spawn_reader()?;
+    std::thread::Builder::new()
+        .name("toolyard-watch".into())
+        .spawn(move || door.watch())?;
+    Ok(((rmcp_in, rmcp_out), writer))
+}
+
+/// How long every front thread may be inside a call before another one takes over reading.
+pub(crate) const TAKE_OVER_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The front door: what its front threads share.
+struct Door {
+    input: Mutex<std::io::BufReader<Fd>>,
+    feed: Mutex<DuplexStream>,
+    out: Arc<Out>,
+    runtime: tokio::runtime::Handle,
+    front: Arc<dyn Front>,
+    calls: Option<CallThreads>,
+    /// Front threads reading, not inside a call of their own.
+    free: std::sync::atomic::AtomicUsize,
+    /// Since when no front thread is free.
+    all_busy_since: Mutex<Option<std::time::Instant>>,
+    /// Whether the input ended, and the watcher's wake-up.
+    ended: (Mutex<bool>, std::sync::Condvar),
+}
+
+impl Drop for Door {
+    /// Every answer is out before rmcp's input ends (when `feed` drops), so before the server
+    /// exits.
+    fn drop(&mut self) {
+        if let Some(calls) = self.calls.take() {
+            calls.finish();
         }
     }
+}
 
-    /// The next message for rmcp; every other line answered on the way.
-    async fn next_message(&mut self) -> Option<ClientJsonRpcMessage> {
+impl Door {
+    fn spawn_reader(self: Arc<Self>) -> std::io::Result<()> {
+        std::thread::Builder::new()
+            .name("toolyard-stdin".into())
+            .spawn(move || self.read())
+            .map(|_| ())
+    }
+
+    /// Read line by line until the input ends, answer what the front takes, hand the rest to
+    /// rmcp; or stop after a call of its own, when another front thread has taken over.
+    fn read(&self) {
+        let mut line = Vec::new();
         loop {
-            if let Err(e) = self.replied().await {
-                tracing::debug!(error = %e, "stdout closed");
-                return None;
-            }
-            let read = match self.read_line().await {
-                Ok(read) => read,
+            line.clear();
+            let (read, alone) = {
+                let Ok(mut input) = self.input.lock() else {
+                    return self.end();
+                };
+                if self.has_ended() {
+                    return;
+                }
+                let read = read_line_capped(&mut *input, &mut line);
+                (read, input.buffer().is_empty())
+            };
+            let sent = match read {
+                Ok(LineRead::Eof) => return self.end(),
+                Ok(LineRead::TooLong) => self.out.write_value(&too_long(&line)),
+                Ok(LineRead::Line) => match judge(&line, &self.out.ids) {
+                    Verdict::Skip => continue,
+                    Verdict::Reply(reply) => self.out.write_value(&reply),
+                    Verdict::Message(text, message) if self.front.takes(&message, alone) => {
+                        drop(text);
+                        match &self.calls {
+                            Some(calls) if !alone && calls.idle() => calls.send(*message),
+                            _ => match self.answer_here(*message) {
+                                Ok(true) => Ok(()),
+                                Ok(false) => return,
+                                Err(e) => Err(e),
+                            },
+                        }
+                    }
+                    Verdict::Message(text, _) | Verdict::Forward(text) => self.forward(text),
+                },
                 Err(e) => {
                     tracing::debug!(error = %e, "stdin closed");
-                    return None;
+                    return self.end();
                 }
             };
-            let line = std::mem::take(&mut self.line);
-            self.too_long = false;
-            let answer = match read {
-                LineRead::Eof => return None,
-                LineRead::TooLong => line_of(&too_long(&line)),
-                LineRead::Line => match judge(&line, &self.out.ids) {
-                    Verdict::Message(text, message) => {
-                        tracing::trace!(line = %String::from_utf8_lossy(&text), "to rmcp");
-                        return Some(*message);
-                    }
-                    Verdict::Skip => continue,
-                    Verdict::Reply(reply) => line_of(&reply),
-                    Verdict::Forward(text) => match as_rmcp_reads(&text) {
-                        Some(answer) => Out::encode(&answer),
-                        None => continue,
-                    },
-                },
-            };
-            if self.reply(answer).await.is_err() {
-                return None;
+            if sent.is_err() {
+                return self.end();
             }
         }
     }
-}
 
-/// What rmcp's own stdio reader does with `line`, valid JSON that is not a message: nothing
-/// (`None`) for a notification it ignores, else an `Invalid request` answer without an id.
-fn as_rmcp_reads(line: &[u8]) -> Option<ServerJsonRpcMessage> {
-    use tokio_util::codec::Decoder;
-    let mut buf = tokio_util::bytes::BytesMut::from(line);
-    buf.extend_from_slice(b"\n");
-    let mut codec =
-        rmcp::transport::async_rw::JsonRpcMessageCodec::<ClientJsonRpcMessage>::default();
-    match codec.decode(&mut buf) {
-        Ok(_) => None,
-        Err(_) => Some(ServerJsonRpcMessage::error(
-            rmcp::ErrorData::invalid_request("Invalid request", None),
-            None,
-        )),
+    /// Answer `message` on this thread; `Ok(false)` when another front thread took over the
+    /// reading meanwhile (this one then stops).
+    fn answer_here(&self, message: ClientJsonRpcMessage) -> std::io::Result<bool> {
+        if self.free.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.set_all_busy(Some(std::time::Instant::now()));
+        }
+        let sent = self.out.write_answer(answer(&*self.front, message));
+        // Back to reading, unless another front thread reads now.
+        let back = self
+            .free
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |f| {
+                (f == 0).then_some(1)
+            })
+            .is_ok();
+        if back {
+            self.set_all_busy(None);
+        }
+        sent.map(|()| back)
+    }
+
+    fn set_all_busy(&self, since: Option<std::time::Instant>) {
+        if let Ok(mut all_busy) = self.all_busy_since.lock() {
+            *all_busy = since;
+        }
+    }
+
+    /// Until the input ends: when every front thread has been inside a call for
+    /// [`TAKE_OVER_AFTER`], start another.
+    fn watch(self: Arc<Self>) {
+        let (ended, wake) = &self.ended;
+        let Ok(mut done) = ended.lock() else { return };
+        while !*done {
+            done = match wake.wait_timeout(done, TAKE_OVER_AFTER / 4) {
+                Ok((done, _)) => done,
+                Err(_) => return,
+            };
+            let stuck = self
+                .all_busy_since
+                .lock()
+                .is_ok_and(|since| since.is_some_and(|t| t.elapsed() >= TAKE_OVER_AFTER));
+            if stuck
+                && self
+                    .free
+                    .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            {
+                self.set_all_busy(None);
+                tracing::warn!(
+                    "a call has held the stdio front thread for over {TAKE_OVER_AFTER:?}; \
+                     another one reads on"
+                );
+                if self.clone().spawn_reader().is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    fn has_ended(&self) -> bool {
+        self.ended.0.lock().map_or(true, |done| *done)
+    }
+
+    /// The input ended (or cannot be read): every front thread and the watcher stop.
+    fn end(&self) {
+        if let Ok(mut done) = self.ended.0.lock() {
+            *done = true;
+        }
+        self.ended.1.notify_all();
+    }
+
+    fn forward(&self, mut text: Vec<u8>) -> std::io::Result<()> {
+        text.push(b'\n');
+        let mut feed = self
+            .feed
+            .lock()
+            .map_err(|_| std::io::ErrorKind::BrokenPipe)?;
+        self.runtime.block_on(feed.write_all(&text))
     }
 }
 
-impl<R: AsyncRead + Send + Unpin> rmcp::transport::Transport<rmcp::RoleServer> for Guarded<R> {
-    type Error = std::io::Error;
+/// Threads that answer what the front takes while the front thread reads on.
+struct CallThreads {
+    queue: std::sync::mpsc::SyncSender<ClientJsonRpcMessage>,
+    /// How many of them wait for work.
+    idle: Arc<std::sync::atomic::AtomicUsize>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
 
-    fn send(
-        &mut self,
-        item: ServerJsonRpcMessage,
-    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let out = self.out.clone();
-        let line = Out::encode(&item);
-        async move { out.write_line(&line).await }
+impl CallThreads {
+    fn start(front: Arc<dyn Front>, out: Arc<Out>) -> std::io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<ClientJsonRpcMessage>(256);
+        let rx = Arc::new(Mutex::new(rx));
+        let idle = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = std::thread::available_parallelism().map_or(1, |n| n.get().clamp(2, 8) - 1);
+        let mut threads = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (front, out, rx, idle) = (front.clone(), out.clone(), rx.clone(), idle.clone());
+            let thread = std::thread::Builder::new()
+                .name("toolyard-call".into())
+                .spawn(move || {
+                    loop {
+                        idle.fetch_add(1, Ordering::SeqCst);
+                        let next = match rx.lock() {
+                            Ok(rx) => rx.recv(),
+                            Err(_) => return,
+                        };
+                        idle.fetch_sub(1, Ordering::SeqCst);
+                        let Ok(message) = next else { return };
+                        if out.write_answer(answer(&*front, message)).is_err() {
+                            return;
+                        }
+                    }
+                })?;
+            threads.push(thread);
+        }
+        Ok(Self {
+            queue: tx,
+            idle,
+            threads,
+        })
     }
 
-    fn receive(
-        &mut self,
-    ) -> impl std::future::Future<Output = Option<ClientJsonRpcMessage>> + Send {
-        self.next_message()
+    /// Answer what is queued, then stop.
+    fn finish(self) {
+        drop(self.queue);
+        for thread in self.threads {
+            let _ = thread.join();
+        }
     }
 
-    async fn close(&mut self) -> Result<(), Self::Error> {
-        self.replied().await
+    /// Whether one of them waits for work (else the front thread is better off answering).
+    fn idle(&self) -> bool {
+        self.idle.load(Ordering::SeqCst) > 0
     }
+
+    fn send(&self, message: ClientJsonRpcMessage) -> std::io::Result<()> {
+        self.queue
+            .send(message)
+            .map_err(|_| std::io::ErrorKind::BrokenPipe.into())
+    }
+}
+
+/// `front`'s answer to `message`; a panic in the tool becomes an error answer to its request,
+/// not a thread gone (the transport would stop reading, and the client wait for ever).
+fn answer(front: &dyn Front, message: ClientJsonRpcMessage) -> ServerJsonRpcMessage {
+    let id = match &message {
+        ClientJsonRpcMessage::Request(request) => Some(request.id.clone()),
+        _ => None,
+    };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| front.answer(message))).unwrap_or_else(
+        |_| {
+            ServerJsonRpcMessage::error(
+                rmcp::ErrorData::internal_error(
+                    "the call failed inside Toolyard (a bug: please report it); the server goes on",
+                    None,
+                ),
+                id,
+            )
+        },
+    )
 }
 
 /// The answer to a line longer than [`MAX_LINE_BYTES`] (`start` is its beginning).
@@ -698,10 +804,151 @@ fn too_long(start: &[u8]) -> Value {
     )
 }
 
+/// Copy rmcp's reply lines to the writer thread.
+async fn pump_replies(replies: DuplexStream, lines: mpsc::Sender<Vec<u8>>) {
+    let mut replies = tokio::io::BufReader::new(replies);
+    loop {
+        let mut line = Vec::new();
+        match replies.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                if lines.send(line).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// stdout, shared by the front thread and the writer thread, and the ids swapped on the way
+/// in, put back on the way out.
+struct Out {
+    fd: Mutex<Fd>,
+    ids: RawIds,
+}
+
+impl Out {
+    /// Write one whole line (with its newline) before any other.
+    fn write_line(&self, line: &[u8]) -> std::io::Result<()> {
+        let line = self.ids.swap_out(line);
+        let mut fd = self.fd.lock().map_err(|_| std::io::ErrorKind::BrokenPipe)?;
+        fd.write_all(&line)
+    }
+
+    /// Write `value` as one line.
+    fn write_value(&self, value: &Value) -> std::io::Result<()> {
+        let mut text = value.to_string().into_bytes();
+        text.push(b'\n');
+        self.write_line(&text)
+    }
+
+    /// Write an answer of the front as one line.
+    fn write_answer(&self, answer: ServerJsonRpcMessage) -> std::io::Result<()> {
+        match serde_json::to_vec(&answer) {
+            Ok(mut text) => {
+                text.push(b'\n');
+                self.write_line(&text)
+            }
+            Err(e) => self.write_value(&error_reply(
+                None,
+                -32603,
+                format!("Internal error: the reply could not be encoded: {e}"),
+            )),
+        }
+    }
+}
+
+/// A duplicate of one of this process's standard descriptors, read and written as blocking
+/// even if the client handed it over non-blocking (then it waits in `poll`).
+pub(crate) struct Fd(std::fs::File);
+
+impl Fd {
+    /// A duplicate of `fd`.
+    pub(crate) fn dup(fd: std::os::fd::RawFd) -> std::io::Result<Self> {
+        use std::os::fd::BorrowedFd;
+        // SAFETY: 0 and 1 stay open for the life of the process; the borrow only lasts the dup.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        Ok(Self(std::fs::File::from(borrowed.try_clone_to_owned()?)))
+    }
+
+    /// `op` on the file, waiting in `poll` for `events` while it would block and retrying
+    /// when interrupted.
+    fn blocking<T>(
+        &mut self,
+        events: nix::poll::PollFlags,
+        mut op: impl FnMut(&mut std::fs::File) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        use std::os::fd::AsFd;
+        loop {
+            match op(&mut self.0) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let mut fds = [nix::poll::PollFd::new(self.0.as_fd(), events)];
+                    let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Read for Fd {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.blocking(nix::poll::PollFlags::POLLIN, |f| f.read(buf))
+    }
+}
+
+impl Write for Fd {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.blocking(nix::poll::PollFlags::POLLOUT, |f| f.write(buf))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 enum LineRead {
     Line,
     TooLong,
     Eof,
+}
+
+/// Read one line into `buf` (without its newline); past [`MAX_LINE_BYTES`], keep only the
+/// start (for its id) and skip the rest of the line.
+fn read_line_capped(input: &mut impl BufRead, buf: &mut Vec<u8>) -> std::io::Result<LineRead> {
+    let mut too_long = false;
+    loop {
+        let chunk = input.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(match (too_long, buf.is_empty()) {
+                (true, _) => LineRead::TooLong,
+                (false, true) => LineRead::Eof,
+                (false, false) => LineRead::Line,
+            });
+        }
+        let (take, done) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (i, true),
+            None => (chunk.len(), false),
+        };
+        if !too_long {
+            let room = MAX_LINE_BYTES - buf.len();
+            if take > room {
+                too_long = true;
+                buf.extend_from_slice(&chunk[..room.min(4096)]);
+            } else {
+                buf.extend_from_slice(&chunk[..take]);
+            }
+        }
+        input.consume(take + usize::from(done));
+        if done {
+            return Ok(if too_long {
+                LineRead::TooLong
+            } else {
+                LineRead::Line
+            });
+        }
+    }
 }
 
 #[cfg(test)]
@@ -776,76 +1023,112 @@ mod tests {
         }
     }
 
-    /// What the guard hands rmcp and what it answers itself, for `input` (lines).
-    async fn guard(input: &str) -> (Vec<ClientJsonRpcMessage>, Vec<Value>) {
-        let (mut client, server_in) = tokio::io::duplex(1 << 20);
-        let (server_out, mut answers) = tokio::io::duplex(1 << 20);
-        let input = input.to_string();
-        // Written while the guard reads: the pipe holds less than an overlong line.
-        let writer = tokio::spawn(async move {
-            client.write_all(input.as_bytes()).await.expect("send");
-        });
-        let mut t = Guarded::new(server_in, server_out);
-        let mut messages = Vec::new();
-        while let Some(m) = rmcp::transport::Transport::receive(&mut t).await {
-            messages.push(m);
+    #[test]
+    fn a_panicking_answer_is_an_error_to_its_request() {
+        struct Panics;
+        impl Front for Panics {
+            fn takes(&self, _: &ClientJsonRpcMessage, _: bool) -> bool {
+                true
+            }
+            fn answer(&self, _: ClientJsonRpcMessage) -> ServerJsonRpcMessage {
+                panic!("a tool bug")
+            }
         }
-        drop(t);
-        writer.await.expect("the writer");
-        let mut out = Vec::new();
-        tokio::io::AsyncReadExt::read_to_end(&mut answers, &mut out)
-            .await
-            .expect("answers");
-        let lines = out
+        let line = br#"{"jsonrpc":"2.0","id":"q","method":"ping"}"#;
+        let Verdict::Message(_, message) = judge(line, &RawIds::default()) else {
+            panic!("a ping is a message");
+        };
+        let reply = serde_json::to_value(answer(&Panics, *message)).unwrap_or_default();
+        assert_eq!(reply["id"], "q");
+        assert_eq!(reply["error"]["code"], -32603);
+    }
+
+    /// Answers every request with an empty result; the one with id "stuck" only once released.
+    struct Stuck(Mutex<std::sync::mpsc::Receiver<()>>);
+
+    impl Front for Stuck {
+        fn takes(&self, message: &ClientJsonRpcMessage, _: bool) -> bool {
+            matches!(message, ClientJsonRpcMessage::Request(_))
+        }
+        fn answer(&self, message: ClientJsonRpcMessage) -> ServerJsonRpcMessage {
+            let Some((_, id)) = message.into_request() else {
+                panic!("takes only requests");
+            };
+            if id.to_string() == "stuck" {
+                let _ = self.0.lock().map(|released| released.recv());
+            }
+            ServerJsonRpcMessage::response(rmcp::model::ServerResult::empty(()), id)
+        }
+    }
+
+    /// The ids of the answers on `out` within `wait`.
+    fn answered(out: &std::fs::File, buf: &mut Vec<u8>, wait: std::time::Duration) -> Vec<String> {
+        use std::os::fd::AsFd;
+        let deadline = std::time::Instant::now() + wait;
+        let mut chunk = [0u8; 4096];
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+            let mut fds = [nix::poll::PollFd::new(
+                out.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            if nix::poll::poll(&mut fds, ms).unwrap_or(0) == 0 {
+                break;
+            }
+            match (&*out).read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            if buf.ends_with(b"\n") {
+                break;
+            }
+        }
+        let lines = std::mem::take(buf);
+        lines
             .split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())
-            .map(|l| serde_json::from_slice(l).expect("an answer is JSON"))
-            .collect();
-        (messages, lines)
+            .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
+            .map(|v| v["id"].as_str().unwrap_or_default().to_string())
+            .collect()
     }
 
-    #[tokio::test]
-    async fn every_line_is_handed_on_or_answered() {
-        let input = [
-            "garbage",
-            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
-            "",
-            r#"{"jsonrpc":"2.0","id":"b","method":"tools/call","params":"no"}"#,
-            // Valid JSON, not a message: rmcp's reader answers it, without an id.
-            r#"{"hello":"world"}"#,
-            // Not a message, but a notification rmcp's reader ignores.
-            r#"{"method":"notifications/not_in_mcp"}"#,
-            r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
-        ]
-        .join("\n");
-        let (messages, answers) = guard(&input).await;
-        assert_eq!(messages.len(), 2, "the two pings reach rmcp");
-        let codes: Vec<(Value, Value)> = answers
-            .iter()
-            .map(|a| (a["id"].clone(), a["error"]["code"].clone()))
-            .collect();
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_that_never_returns_does_not_stop_the_others() {
+        let (in_r, in_w) = nix::unistd::pipe().expect("pipe");
+        let (out_r, out_w) = nix::unistd::pipe().expect("pipe");
+        let (release, released) = std::sync::mpsc::channel();
+        let front: Arc<dyn Front> = Arc::new(Stuck(Mutex::new(released)));
+        let input = Fd(std::fs::File::from(in_r));
+        let output = Fd(std::fs::File::from(out_w));
+        let (_transport, _writer) =
+            guarded(tokio::runtime::Handle::current(), front, input, output).expect("transport");
+        let mut to_server = std::fs::File::from(in_w);
+        let from_server = std::fs::File::from(out_r);
+        let mut buf = Vec::new();
+        let send = |to: &mut std::fs::File, id: &str| {
+            let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":\"{id}\",\"method\":\"ping\"}}\n");
+            to.write_all(line.as_bytes()).expect("send");
+        };
+        // Alone, so the front thread answers it itself, and stays inside it.
+        send(&mut to_server, "stuck");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        send(&mut to_server, "first");
+        send(&mut to_server, "second");
+        let wait = TAKE_OVER_AFTER * 10;
+        let mut got = answered(&from_server, &mut buf, wait);
+        if got.len() < 2 {
+            got.extend(answered(&from_server, &mut buf, wait));
+        }
+        got.sort();
         assert_eq!(
-            codes,
-            [
-                (Value::Null, json!(-32700)),
-                (json!("b"), json!(-32602)),
-                (Value::Null, json!(-32600)),
-            ]
+            got,
+            ["first", "second"],
+            "answered while the stuck call still runs"
         );
-    }
-
-    #[tokio::test]
-    async fn an_overlong_line_is_answered_and_the_next_one_read() {
-        let long = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{{\"x\":\"{}\"}}}}",
-            "a".repeat(MAX_LINE_BYTES)
-        );
-        let input = format!("{long}\n{{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"ping\"}}\n");
-        let (messages, answers) = guard(&input).await;
-        assert_eq!(messages.len(), 1);
-        assert_eq!(answers.len(), 1);
-        assert_eq!(answers[0]["id"], 7);
-        assert_eq!(answers[0]["error"]["code"], -32600);
+        let _ = release.send(());
+        assert_eq!(answered(&from_server, &mut buf, wait), ["stuck"]);
+        send(&mut to_server, "after");
+        assert_eq!(answered(&from_server, &mut buf, wait), ["after"]);
     }
 
     /// The answer to `line` once swapped in and answered by a server that echoes the id, as it

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use toolyard_core::{Catalog, Engine, Lane, ToolError, ToolSpec};
-use toolyard_exec::policy::CommandPolicy;
-use toolyard_tools::{DialectTool, ToolEnv};
+use toolyard_dialects::DialectTool;
+use toolyard_policy::CommandPolicy;
+use toolyard_tools::ToolEnv;
 
 use crate::config::Config;
 use crate::dispatcher::{Dispatcher, DispatcherConfig, Mode, Parts};
@@ -150,8 +151,8 @@ fn served_tools(
         .catalog
         .profile(&config.profile)
         .map_err(ToolError::InvalidArguments)?;
-    let served = toolyard_tools::dialect::tools(env, config.dialect)?;
-    toolyard_tools::dialect::custom_clash(&config.catalog, &served, config.dialect)?;
+    let served = toolyard_dialects::tools(env, config.dialect)?;
+    toolyard_dialects::custom_clash(&config.catalog, &served, config.dialect)?;
     let tools: BTreeMap<String, DialectTool> = served
         .into_iter()
         .filter(|t| allowed.iter().any(|a| a == t.catalog_name()))

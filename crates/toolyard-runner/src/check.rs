@@ -4,12 +4,12 @@
 use toolyard_core::{Catalog, CatalogError};
 use toolyard_exec::ExecConfig;
 use toolyard_exec::background::ProcessesConfig;
-use toolyard_exec::policy::{CommandPolicy, PolicyConfig};
 use toolyard_exec::sandbox::{LanesConfig, SandboxConfig};
+use toolyard_policy::{CommandPolicy, PolicyConfig};
+use toolyard_records::JournalConfig;
 use toolyard_tools::command::ProjectConfig;
 use toolyard_tools::oracle::OracleConfig;
 use toolyard_tools::web::WebConfig;
-use toolyard_workspace::JournalConfig;
 
 use crate::HooksConfig;
 use crate::link::RemoteConfig;

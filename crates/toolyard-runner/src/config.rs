@@ -3,8 +3,8 @@
 
 use toolyard_core::{Catalog, CatalogError};
 use toolyard_exec::background::ProcessesConfig;
-use toolyard_exec::policy::PolicyConfig;
 use toolyard_lsp::LspConfig;
+use toolyard_policy::PolicyConfig;
 
 use crate::link::RemoteConfig;
 

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Catalog, Engine, Tool, ToolDefinition, ToolError, ToolResult, ToolSpec};
-use toolyard_exec::policy::CommandPolicy;
-use toolyard_tools::{Dialect, DialectTool, ToolEnv};
+use toolyard_dialects::{Dialect, DialectTool};
+use toolyard_policy::CommandPolicy;
+use toolyard_tools::ToolEnv;
 
 use crate::execute::{InProcess, Lanes};
 use crate::hooks::{HookCall, Hooks};
@@ -285,6 +286,53 @@ impl Dispatcher {
         self.lanes.as_ref().map(|l| &*l.router)
     }
 
+    /// What the network-request admission needs to know of `tool`, when it is served.
+    fn served(&self, tool: &str) -> Option<crate::network_request::Served<'_>> {
+        Some(crate::network_request::Served {
+            engine: self.engine_of(tool)?,
+            lane: self.spec_of(tool)?.lane,
+            gated: self.router().is_some() && !self.is_remote(),
+            state: self.env().state.path(),
+            catalog: &self.config.catalog,
+            catalog_path: self.config.catalog_path.as_deref(),
+        })
+    }
+
+    /// Whether a call of `tool` with `args` may run on its transport's own thread
+    /// ([`Self::call_here`]): no hooks around calls (they start processes), and placed in this
+    /// process on the request's own thread ([`Placement::InServer`] `inline`), as when the
+    /// call is `alone` (the client has nothing else waiting) or not. The stdio front door asks
+    /// this of each request it reads.
+    pub fn is_prompt(
+        &self,
+        tool: &str,
+        args: Option<&serde_json::Map<String, Value>>,
+        alone: bool,
+    ) -> bool {
+        if self.hooks.is_some() {
+            return false;
+        }
+        let Ok(entry) = layers::resolve(&self.tools, tool) else {
+            return false;
+        };
+        let args = args.map_or(Value::Null, |a| Value::Object(a.clone()));
+        let placer = Placer {
+            in_flight: if alone { 1 } else { usize::MAX },
+            ..self.placer()
+        };
+        matches!(
+            placer.place(entry, self.spec(entry), "", &args),
+            Ok(Placement::InServer { inline: true })
+        )
+    }
+
+    /// Run one call on the calling thread, which must not be a worker of `runtime` (a
+    /// transport's own thread): the call takes the one path of [`Self::call`], and a call
+    /// placed inline runs right here, with no hand-off between threads.
+    pub fn call_here(&self, runtime: &tokio::runtime::Handle, req: CallRequest) -> ToolResult {
+        runtime.block_on(self.call(req))
+    }
+
     /// Where calls go, as of now.
     fn placer(&self) -> Placer<'_> {
         Placer {
@@ -301,7 +349,7 @@ impl Dispatcher {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _done = InFlight(&self.in_flight);
         let (session, tool, args) = (req.session.clone(), req.tool.clone(), req.args.clone());
-        let mut result = self.call_once(req).await;
+        let mut result = crate::network_request::scope(self.call_once(req)).await;
         self.repeats.note(&session, &tool, &args, &mut result);
         result
     }
@@ -311,6 +359,15 @@ impl Dispatcher {
             Ok(admitted) => admitted,
             Err(e) => return e.into(),
         };
+        let call = crate::network_request::Call {
+            tool: &req.tool,
+            session: &req.session,
+            args: &req.args,
+            approver: req.approver.as_deref(),
+        };
+        if let Err(e) = crate::network_request::admit(self.served(&req.tool), call).await {
+            return e.into();
+        }
         let call_id = self.next_call_id();
         let after = (
             admitted.entry.engine.name(),
@@ -395,6 +452,7 @@ impl Dispatcher {
 
     /// Kill the background processes of `session` (its client disconnected), in every lane.
     pub async fn end_session(&self, session: &str) {
+        crate::network_request::end_session(self.env().state.path(), session);
         match self.router() {
             Some(router) => router.end_session(session).await,
             None => {

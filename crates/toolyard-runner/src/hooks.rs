@@ -815,7 +815,7 @@ impl HookReport {
 fn runs_a_program(key: &str) -> bool {
     // Hooks, fsmonitor and signing are switched off on the command line (`Repo::run`); a
     // filter driver (run by status and add on every file its attributes name) cannot be.
-    key.to_ascii_lowercase().starts_with("filter.")
+    toolyard_exec::protect::git_program(key, "") == Some(toolyard_exec::protect::GitProgram::Filter)
 }
 
 /// What a pre-tool hook decided.

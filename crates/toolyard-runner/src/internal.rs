@@ -175,7 +175,7 @@ fn restore(ws: &Workspace, a: &RestoreArgs, content: Option<Vec<u8>>) -> Result<
     if a.target.is_some() || a.target_absent {
         let target = a.target.as_deref().filter(|_| !a.target_absent);
         let bytes = content.unwrap_or_default();
-        return match toolyard_workspace::restore_state(
+        return match toolyard_records::restore_state(
             ws,
             &path,
             a.expect_hash.as_deref(),
@@ -248,7 +248,7 @@ fn hashes(ws: &Workspace, a: HashesArgs) -> Result<Value, ToolError> {
                 Err(e) => json!({ "error": e.to_string() }),
             };
             if a.clean {
-                toolyard_workspace::remove_stale_temps(ws, p);
+                toolyard_records::remove_stale_temps(ws, p);
             }
             row
         })

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use toolyard_core::{TIMEOUT_ARG, ToolError, ToolSpec};
-use toolyard_exec::policy::CommandPolicy;
-use toolyard_tools::DialectTool;
+use toolyard_dialects::DialectTool;
+use toolyard_policy::CommandPolicy;
 
 /// A call the layers let through: its tool, its catalog entry and its one time limit.
 pub(crate) struct Admitted<'a> {

@@ -17,6 +17,7 @@ mod lane_exec;
 mod layers;
 pub mod link;
 mod lsp;
+pub mod network_request;
 mod place;
 mod pre_image;
 pub mod process;

@@ -5,7 +5,8 @@
 use serde_json::Value;
 use toolyard_core::engine::SMALL_WRITE_BYTES;
 use toolyard_core::{Bound, Lane, Site, ToolError, ToolSpec};
-use toolyard_tools::{DialectTool, ToolEnv};
+use toolyard_dialects::DialectTool;
+use toolyard_tools::ToolEnv;
 
 use crate::router::Router;
 

@@ -55,14 +55,12 @@ pub(crate) fn pre_image(
 ) -> Result<PreImageWire, ToolError> {
     let (bytes, mode) = file_state(ws, path)?;
     Ok(match bytes {
-        Some(b) if b.len() > max => PreImageWire {
-            content: None,
-            hash: Some(toolyard_workspace::hash_bytes(&b)),
-            mode,
-            upload: None,
-            size: Some(b.len() as u64),
-            state: None,
-        },
+        Some(b) if b.len() > max => {
+            let mut wire = PreImageWire::new(None, mode);
+            wire.hash = Some(toolyard_workspace::hash_bytes(&b));
+            wire.size = Some(b.len() as u64);
+            wire
+        }
         b => PreImageWire::new(b.as_deref(), mode),
     })
 }
@@ -75,22 +73,19 @@ pub(crate) fn pre_image_state(
     path: &RelPath,
     max: usize,
 ) -> Result<PreImageWire, ToolError> {
-    let (state, mode) = toolyard_workspace::state_at(ws, path)?;
-    match toolyard_workspace::EntryKind::of_hash(state.as_deref()) {
-        toolyard_workspace::EntryKind::Symlink => {
-            let target = toolyard_workspace::read_link(ws, path)?;
+    let (state, mode) = toolyard_records::state_at(ws, path)?;
+    match toolyard_records::EntryKind::of_hash(state.as_deref()) {
+        toolyard_records::EntryKind::Symlink => {
+            let target = toolyard_records::read_link(ws, path)?;
             let mut wire = PreImageWire::new(Some(&target), None);
             wire.state = state;
             Ok(wire)
         }
-        toolyard_workspace::EntryKind::Dir => Ok(PreImageWire {
-            content: None,
-            hash: None,
-            mode,
-            upload: None,
-            size: None,
-            state,
-        }),
+        toolyard_records::EntryKind::Dir => {
+            let mut wire = PreImageWire::new(None, mode);
+            wire.state = state;
+            Ok(wire)
+        }
         _ => pre_image(ws, path, max),
     }
 }

@@ -15,11 +15,12 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Catalog, Lane, Tool, ToolContext, ToolError, ToolResult};
+use toolyard_dialects::Dialect;
 use toolyard_exec::protect::{self, Protected};
 use toolyard_exec::sandbox::{self, LanePolicy, LanesConfig, SandboxConfig};
-use toolyard_tools::records::Records;
-use toolyard_tools::{Dialect, ToolEnv};
-use toolyard_workspace::{PreImage, RelPath, StateDir, Workspace};
+use toolyard_records::Records;
+use toolyard_tools::ToolEnv;
+use toolyard_workspace::{RelPath, StateDir, Workspace, flock};
 
 use crate::pre_image::file_state;
 use crate::protocol::{
@@ -298,23 +299,6 @@ fn pid_alive(pid: u32) -> bool {
     std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-/// `flock(op)`: `Ok(false)` when a non-blocking request would block.
-fn flock(file: &File, op: libc::c_int) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    loop {
-        // SAFETY: flock on a descriptor we own; it touches no memory.
-        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-            return Ok(true);
-        }
-        let e = std::io::Error::last_os_error();
-        match e.kind() {
-            std::io::ErrorKind::Interrupted => continue,
-            std::io::ErrorKind::WouldBlock => return Ok(false),
-            _ => return Err(e),
-        }
-    }
-}
-
 /// Remove everything inside `dir` (never following links), making read-only directories
 /// writable first when needed (tools such as Go leave their caches read-only).
 fn empty_dir(dir: &Path) {
@@ -359,7 +343,7 @@ fn make_writable(dir: &Path) {
 /// A line writer shared by every task.
 type Out = mpsc::Sender<FromRunner>;
 
-/// [`Records`] kept by the router, asked for over the job protocol.
+/// [`Records`] kept by the router: each [`RecordOp`] is forwarded over the job protocol.
 struct RemoteRecords {
     out: Out,
     next: AtomicU64,
@@ -372,11 +356,7 @@ struct RemoteRecords {
 }
 
 impl RemoteRecords {
-    async fn ask(&self, op: RecordOp) -> Result<Option<i64>, ToolError> {
-        self.ask_reply(op).await?.into_result()
-    }
-
-    async fn ask_reply(&self, op: RecordOp) -> Result<Reply, ToolError> {
+    async fn ask(&self, op: RecordOp) -> Result<Reply, ToolError> {
         let rid = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().await.insert(rid, tx);
@@ -389,52 +369,43 @@ impl RemoteRecords {
         })
     }
 
-    /// Ask for an undo; its outcomes.
-    async fn ask_undone(
-        &self,
-        op: RecordOp,
-    ) -> Result<Vec<toolyard_workspace::UndoOutcome>, ToolError> {
-        match self.ask_reply(op).await? {
-            Reply::Undone(out) => Ok(out),
-            Reply::Err(e) => Err(e),
-            Reply::Ok(_) | Reply::Command(_) => Err(ToolError::Io(
-                "the router answered an undo without its outcome".into(),
-            )),
-        }
-    }
-
-    /// Journal `path` before it changes (`new_hash`) or is removed (`None`), joining `group`,
-    /// with its previous content when the router cannot read this workspace.
-    async fn begin(
-        &self,
-        session: &str,
-        call_id: &str,
-        tool: &str,
-        path: &RelPath,
-        new_hash: Option<&str>,
-        group: Option<i64>,
-    ) -> Result<i64, ToolError> {
-        let pre = match (self.pre_images.load(Ordering::SeqCst), self.workspace.get()) {
-            (true, Some(ws)) => Some(self.ship(session, ws, path).await?),
-            (true, None) => {
-                return Err(ToolError::Unavailable(
-                    "the runner's workspace is not open yet".into(),
-                ));
+    /// `op` as it travels: a journal request brings the previous content when the router
+    /// cannot read this workspace, and content past one line's worth goes ahead in parts.
+    async fn forward(&self, mut op: RecordOp) -> Result<Reply, ToolError> {
+        match &mut op {
+            RecordOp::JournalBegin {
+                session,
+                path,
+                pre: pre @ None,
+                ..
+            } if self.pre_images.load(Ordering::SeqCst) => {
+                let Some(ws) = self.workspace.get() else {
+                    return Err(ToolError::Unavailable(
+                        "the runner's workspace is not open yet".into(),
+                    ));
+                };
+                let rel = RelPath::from_normalized(path);
+                *pre = Some(self.ship(session, ws, &rel).await?);
             }
-            (false, _) => None,
-        };
-        self.ask(RecordOp::JournalBegin {
-            session: session.into(),
-            call_id: call_id.into(),
-            tool: tool.into(),
-            path: path.as_str().into(),
-            new_hash: new_hash.unwrap_or_default().into(),
-            pre,
-            group,
-            removal: new_hash.is_none(),
-        })
-        .await?
-        .ok_or_else(|| ToolError::Io("the router returned no change id".into()))
+            RecordOp::JournalCommand {
+                session,
+                entries,
+                upload,
+                ..
+            } => {
+                let mut content = Vec::new();
+                for e in entries.iter_mut() {
+                    let bytes = std::mem::take(&mut e.entry.old_content);
+                    e.len = bytes.len() as u64;
+                    content.extend_from_slice(&bytes);
+                }
+                if !content.is_empty() {
+                    *upload = Some(self.upload(session, &content).await?);
+                }
+            }
+            _ => {}
+        }
+        self.ask(op).await
     }
 
     /// `path`'s previous content for a journal request: inline, or, past one line's worth,
@@ -445,34 +416,36 @@ impl RemoteRecords {
         ws: &Workspace,
         path: &RelPath,
     ) -> Result<PreImageWire, ToolError> {
-        use base64::Engine;
         let (bytes, mode) = file_state(ws, path)?;
         let bytes = match bytes {
             Some(b) if b.len() > PART_BYTES => b,
             b => return Ok(PreImageWire::new(b.as_deref(), mode)),
         };
+        let mut wire = PreImageWire::new(None, mode);
+        wire.hash = Some(toolyard_workspace::hash_bytes(&bytes));
+        wire.upload = Some(self.upload(session, &bytes).await?);
+        Ok(wire)
+    }
+
+    /// Send `content` ahead in [`RecordOp::PreImagePart`]s; the upload's name.
+    async fn upload(&self, session: &str, content: &[u8]) -> Result<String, ToolError> {
+        use base64::Engine;
         let upload = format!(
             "{}-{}",
             std::process::id(),
             self.next.fetch_add(1, Ordering::Relaxed)
         );
-        for (seq, part) in bytes.chunks(PART_BYTES).enumerate() {
+        for (seq, part) in content.chunks(PART_BYTES).enumerate() {
             self.ask(RecordOp::PreImagePart {
                 session: session.into(),
                 upload: upload.clone(),
                 seq: seq as u64,
                 data: base64::engine::general_purpose::STANDARD.encode(part),
             })
-            .await?;
+            .await?
+            .into_result()?;
         }
-        Ok(PreImageWire {
-            content: None,
-            hash: Some(toolyard_workspace::hash_bytes(&bytes)),
-            mode,
-            upload: Some(upload),
-            size: None,
-            state: None,
-        })
+        Ok(upload)
     }
 
     async fn answer(&self, rid: u64, reply: Reply) {
@@ -484,177 +457,8 @@ impl RemoteRecords {
 
 #[async_trait]
 impl Records for RemoteRecords {
-    async fn record_read(
-        &self,
-        session: &str,
-        path: &RelPath,
-        hash: &str,
-    ) -> Result<(), ToolError> {
-        self.ask(RecordOp::RecordRead {
-            session: session.into(),
-            path: path.as_str().into(),
-            hash: hash.into(),
-        })
-        .await
-        .map(drop)
-    }
-
-    async fn check_write(
-        &self,
-        session: &str,
-        path: &RelPath,
-        current: &str,
-    ) -> Result<(), ToolError> {
-        self.ask(RecordOp::CheckWrite {
-            session: session.into(),
-            path: path.as_str().into(),
-            current: current.into(),
-        })
-        .await
-        .map(drop)
-    }
-
-    async fn record_write(
-        &self,
-        session: &str,
-        path: &RelPath,
-        hash: &str,
-    ) -> Result<(), ToolError> {
-        self.ask(RecordOp::RecordWrite {
-            session: session.into(),
-            path: path.as_str().into(),
-            hash: hash.into(),
-        })
-        .await
-        .map(drop)
-    }
-
-    async fn journal_begin_grouped(
-        &self,
-        session: &str,
-        call_id: &str,
-        tool: &str,
-        path: &RelPath,
-        new_hash: &str,
-        group: Option<i64>,
-    ) -> Result<i64, ToolError> {
-        self.begin(session, call_id, tool, path, Some(new_hash), group)
-            .await
-    }
-
-    async fn journal_begin_preimage(
-        &self,
-        _session: &str,
-        _call_id: &str,
-        _tool: &str,
-        path: &RelPath,
-        _new_hash: Option<&str>,
-        _group: Option<i64>,
-        _pre: PreImage<'_>,
-    ) -> Result<i64, ToolError> {
-        // A runner ships pre-images (see `begin`); it never keeps a journal itself.
-        Err(ToolError::Unavailable(format!(
-            "cannot journal {path} in a runner: only the server keeps the journal"
-        )))
-    }
-
-    async fn journal_begin_removal(
-        &self,
-        session: &str,
-        call_id: &str,
-        tool: &str,
-        path: &RelPath,
-        group: Option<i64>,
-    ) -> Result<i64, ToolError> {
-        self.begin(session, call_id, tool, path, None, group).await
-    }
-
-    async fn roll_back_call(
-        &self,
-        session: &str,
-        call_id: &str,
-        first: i64,
-    ) -> Result<Vec<toolyard_workspace::UndoOutcome>, ToolError> {
-        let op = RecordOp::RollBack {
-            session: session.into(),
-            call_id: call_id.into(),
-            first,
-        };
-        self.ask_undone(op).await
-    }
-
-    async fn journal_end(&self, change: i64, done: bool) -> Result<(), ToolError> {
-        self.ask(RecordOp::JournalEnd { change, done })
-            .await
-            .map(drop)
-    }
-
-    async fn journal_command(
-        &self,
-        cmd: toolyard_workspace::CommandRecord<'_>,
-    ) -> Result<toolyard_workspace::CommandJournaled, ToolError> {
-        use base64::Engine;
-        let mut entries = Vec::with_capacity(cmd.entries.len());
-        let mut content = Vec::new();
-        for e in cmd.entries {
-            let mut entry = e.clone();
-            let bytes = std::mem::take(&mut entry.old_content);
-            content.extend_from_slice(&bytes);
-            entries.push(crate::protocol::CommandEntryWire {
-                entry,
-                len: bytes.len() as u64,
-            });
-        }
-        let upload = if content.is_empty() {
-            None
-        } else {
-            let upload = format!(
-                "{}-{}",
-                std::process::id(),
-                self.next.fetch_add(1, Ordering::Relaxed)
-            );
-            for (seq, part) in content.chunks(PART_BYTES).enumerate() {
-                self.ask(RecordOp::PreImagePart {
-                    session: cmd.session.into(),
-                    upload: upload.clone(),
-                    seq: seq as u64,
-                    data: base64::engine::general_purpose::STANDARD.encode(part),
-                })
-                .await?;
-            }
-            Some(upload)
-        };
-        let op = RecordOp::JournalCommand {
-            session: cmd.session.into(),
-            call_id: cmd.call_id.into(),
-            tool: cmd.tool.into(),
-            command: cmd.command.into(),
-            entries,
-            skipped: cmd.skipped.to_vec(),
-            upload,
-            since: cmd.since,
-        };
-        match self.ask_reply(op).await? {
-            Reply::Command(done) => Ok(done),
-            Reply::Err(e) => Err(e),
-            _ => Err(ToolError::Io(
-                "the router answered a command's changes without saying what it journaled".into(),
-            )),
-        }
-    }
-
-    async fn undo_last_of_path(
-        &self,
-        session: &str,
-        call_id: &str,
-        path: &RelPath,
-    ) -> Result<Vec<toolyard_workspace::UndoOutcome>, ToolError> {
-        let op = RecordOp::UndoLast {
-            session: session.into(),
-            call_id: call_id.into(),
-            path: path.as_str().into(),
-        };
-        self.ask_undone(op).await
+    async fn apply(&self, op: RecordOp) -> Reply {
+        self.forward(op).await.unwrap_or_else(Reply::Err)
     }
 }
 
@@ -706,7 +510,7 @@ async fn serve(
     let _ = records.workspace.set(env.workspace.clone());
     let mut tools: HashMap<(String, String), Arc<dyn Tool>> = HashMap::new();
     for dialect in Dialect::ALL {
-        for t in toolyard_tools::dialect::tools(&env, dialect)? {
+        for t in toolyard_dialects::tools(&env, dialect)? {
             tools.insert((dialect.to_string(), t.tool.name().to_string()), t.tool);
         }
     }
@@ -914,7 +718,8 @@ async fn run_job(
         // The dispatcher checked the arguments and decided `timeout_ms`; a bad argument is
         // still an error result here, never a crash.
         // The tool's name goes with the call, for what its commands change (`capture`).
-        r = toolyard_tools::capture::TOOL.scope(job.tool.clone(), tool.invoke_checked(job.args, &ctx)) => r.into(),
+        // The files its commands changed go into its result: the server's language servers hear of them.
+        r = toolyard_tools::capture::scope_call(job.tool.clone(), tool.invoke_checked(job.args, &ctx)) => r,
         // A tool that ignores its token still ends here; command tools kill their tree first.
         _ = async { cancel.cancelled().await; tokio::time::sleep(Duration::from_secs(3)).await } => {
             ToolError::Cancelled.into()

@@ -11,9 +11,8 @@ use base64::Engine;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Lane, ToolError, ToolResult};
-use toolyard_tools::records::LocalRecords;
-use toolyard_tools::remote::{FileState, RemoteFiles};
-use toolyard_workspace::{Change, ChangeId};
+use toolyard_records::{Change, ChangeId};
+use toolyard_records::{FileState, LocalRecords, RemoteFiles};
 
 use crate::link::session_token;
 use crate::protocol::{INTERNAL_DIALECT, Job, PART_BYTES, PreImageWire};
@@ -109,7 +108,7 @@ impl RemoteFiles for RouterFiles {
         };
         // Larger than one line: read it in parts, and check the whole against the hash the
         // runner read it with, so a file that changed meanwhile is never taken for either.
-        let size = size.min(toolyard_tools::remote::MAX_REMOTE_FILE_BYTES);
+        let size = size.min(toolyard_records::MAX_REMOTE_FILE_BYTES);
         let mut bytes = Vec::with_capacity(size as usize);
         while (bytes.len() as u64) < size {
             let args = json!({ "path": path, "offset": bytes.len() });
@@ -283,7 +282,7 @@ impl Recovery {
                 todo.push(c);
             }
         }
-        todo.retain(|c| c.status == toolyard_workspace::ChangeStatus::Pending);
+        todo.retain(|c| c.status == toolyard_records::ChangeStatus::Pending);
         if todo.is_empty() {
             return;
         }
@@ -512,9 +511,9 @@ impl crate::Dispatcher {
             .remote()
             .cloned()
             .ok_or_else(|| ToolError::Unavailable("no remote runner".into()))?;
-        let mut changes = local.journal.list(&toolyard_workspace::ChangeFilter {
+        let mut changes = local.journal.list(&toolyard_records::ChangeFilter {
             session: Some(session.to_string()),
-            status: Some(toolyard_workspace::ChangeStatus::Done),
+            status: Some(toolyard_records::ChangeStatus::Done),
             ..Default::default()
         })?;
         changes.reverse();

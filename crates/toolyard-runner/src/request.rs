@@ -1,5 +1,7 @@
 //! One call as a front door hands it to [`crate::Dispatcher::call`].
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::ProgressSink;
@@ -16,6 +18,8 @@ pub struct CallRequest {
     pub cancel: CancellationToken,
     /// Where progress reports go, if the caller wants them.
     pub progress: Option<ProgressSink>,
+    /// Who asks the user about the call's network request (`None`: nobody can).
+    pub approver: Option<Arc<dyn crate::network_request::Approver>>,
 }
 
 impl CallRequest {
@@ -27,6 +31,7 @@ impl CallRequest {
             args,
             cancel: CancellationToken::new(),
             progress: None,
+            approver: None,
         }
     }
 }

@@ -15,8 +15,7 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Lane, ProgressSink, ToolError, ToolResult};
-use toolyard_tools::records::Records;
-use toolyard_workspace::{PreImage, RelPath};
+use toolyard_records::Records;
 
 pub use crate::link::RunnerSpawn;
 use crate::link::{RunnerLink, session_token};
@@ -322,6 +321,9 @@ impl Router {
         mutating: bool,
     ) -> ToolResult {
         let since = std::time::Instant::now();
+        // The hosts approved for this call (and its session, and the workspace) are let
+        // through while it runs.
+        let _approved = crate::network_request::hold(conn.egress.as_deref());
         let mut result = self
             .submit_raw(conn, lane, job, cancel, progress, mutating)
             .await;
@@ -885,6 +887,60 @@ impl Uploads {
         self.held -= bytes.len() as u64;
         Some(bytes)
     }
+
+    /// `op` with the content its upload names put back (`None`: a part, kept here until its
+    /// request comes). `remote`: a journal request must bring its pre-image.
+    fn put_back(&mut self, mut op: RecordOp, remote: bool) -> Result<Option<RecordOp>, ToolError> {
+        match &mut op {
+            RecordOp::PreImagePart {
+                upload, seq, data, ..
+            } => {
+                self.add(upload, *seq, data)?;
+                return Ok(None);
+            }
+            RecordOp::JournalBegin { pre: Some(pre), .. } => {
+                if let Some(upload) = &pre.upload {
+                    pre.received = self.take(upload);
+                }
+            }
+            // Never read this disk for a remote runner's file.
+            RecordOp::JournalBegin {
+                pre: None, path, ..
+            } if remote => {
+                return Err(ToolError::Unavailable(format!(
+                    "the runner sent no previous content of {path} to journal, so nothing was written; the runner is older than this server: install the same toolyard release on both sides"
+                )));
+            }
+            RecordOp::JournalCommand {
+                entries, upload, ..
+            } => {
+                let content = match upload.take() {
+                    Some(upload) => self.take(&upload).ok_or_else(|| {
+                        ToolError::InvalidArguments(format!(
+                            "the runner named upload {upload} for a command's changes, which it never sent whole; nothing was journaled"
+                        ))
+                    })?,
+                    None => Vec::new(),
+                };
+                let total: u64 = entries.iter().map(|e| e.len).sum();
+                if total != content.len() as u64 {
+                    return Err(ToolError::InvalidArguments(format!(
+                        "a command's previous contents are {} bytes, its entries name {total}; nothing was journaled",
+                        content.len()
+                    )));
+                }
+                let mut at = 0usize;
+                for e in entries.iter_mut() {
+                    // The lengths sum to the content's (checked above), so this stays in bounds.
+                    let end = at + usize::try_from(e.len).unwrap_or(0);
+                    e.entry.old_content = content.get(at..end).unwrap_or_default().to_vec();
+                    at = end;
+                }
+            }
+            _ => {}
+        }
+        Ok(Some(op))
+    }
 }
 
 /// Whether a runner may make `op`: its session is one of this runner's jobs in flight, and a
@@ -894,30 +950,25 @@ fn claim_is_owned(
     pending: &PendingMap,
     begun: &std::sync::Mutex<HashSet<i64>>,
 ) -> Result<(), ToolError> {
-    let session = match op {
-        RecordOp::RecordRead { session, .. }
-        | RecordOp::CheckWrite { session, .. }
-        | RecordOp::RecordWrite { session, .. }
-        | RecordOp::JournalBegin { session, .. }
-        | RecordOp::JournalCommand { session, .. }
-        | RecordOp::PreImagePart { session, .. }
-        | RecordOp::RollBack { session, .. }
-        | RecordOp::UndoLast { session, .. } => session,
-        RecordOp::JournalEnd { change, .. } => {
-            let owned = begun.lock().map(|mut b| b.remove(change)).unwrap_or(false);
-            return if owned {
-                Ok(())
-            } else {
-                Err(ToolError::Blocked {
-                    rule: "runner records".into(),
-                    reason: format!("change {change} was not begun by this runner"),
-                })
-            };
-        }
+    let Some(session) = op.session() else {
+        let RecordOp::JournalEnd { change, .. } = op else {
+            return Err(ToolError::Io(
+                "internal: a records request of no session".into(),
+            ));
+        };
+        let owned = begun.lock().map(|mut b| b.remove(change)).unwrap_or(false);
+        return if owned {
+            Ok(())
+        } else {
+            Err(ToolError::Blocked {
+                rule: "runner records".into(),
+                reason: format!("change {change} was not begun by this runner"),
+            })
+        };
     };
     let ok = pending
         .lock()
-        .map(|p| p.values().any(|job| &job.session == session))
+        .map(|p| p.values().any(|job| job.session == session))
         .unwrap_or(false);
     if ok {
         Ok(())
@@ -929,212 +980,23 @@ fn claim_is_owned(
     }
 }
 
-/// Carry out a runner's records request with the server's own records. `remote`: the
-/// runner's workspace is not on this disk, so a journal request must bring its pre-image.
+/// Carry out a runner's records request with the server's own records, once the parts it sent
+/// ahead are put back into the request that names them. `remote`: the runner's workspace is
+/// not on this disk, so a journal request must bring its pre-image.
 async fn apply(
     records: &dyn Records,
     op: RecordOp,
     remote: bool,
     uploads: &std::sync::Mutex<Uploads>,
 ) -> Reply {
-    let undone = match &op {
-        RecordOp::UndoLast {
-            session,
-            call_id,
-            path,
-        } => match relative(path) {
-            Ok(rel) => records.undo_last_of_path(session, call_id, &rel).await,
-            Err(e) => Err(e),
-        },
-        RecordOp::RollBack {
-            session,
-            call_id,
-            first,
-        } => records.roll_back_call(session, call_id, *first).await,
-        RecordOp::JournalCommand { .. } => {
-            return match journal_command(records, op, uploads).await {
-                Ok(done) => Reply::Command(done),
-                Err(e) => Reply::Err(e),
-            };
-        }
-        _ => return Reply::from_result(apply_record(records, op, remote, uploads).await),
-    };
-    match undone {
-        Ok(out) => Reply::Undone(out),
+    let taken = uploads
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .put_back(op, remote);
+    match taken {
+        Ok(Some(op)) => records.apply(op).await,
+        Ok(None) => Reply::Ok(None),
         Err(e) => Reply::Err(e),
-    }
-}
-
-/// `p` as a workspace-relative path, refused unless it is one.
-fn relative(p: &str) -> Result<RelPath, ToolError> {
-    // Runners send paths they resolved beneath the root; refuse anything that is not one.
-    let bad = p.starts_with('/')
-        || (p != "." && p.split('/').any(|c| c.is_empty() || c == "." || c == ".."));
-    if bad {
-        return Err(ToolError::outside(p, "not a workspace-relative path"));
-    }
-    Ok(RelPath::from_normalized(p))
-}
-
-async fn apply_record(
-    records: &dyn Records,
-    op: RecordOp,
-    remote: bool,
-    uploads: &std::sync::Mutex<Uploads>,
-) -> Result<Option<i64>, ToolError> {
-    let rel = relative;
-    let uploads = || uploads.lock().unwrap_or_else(|p| p.into_inner());
-    match op {
-        RecordOp::PreImagePart {
-            upload, seq, data, ..
-        } => uploads().add(&upload, seq, &data).map(|()| None),
-        RecordOp::RecordRead {
-            session,
-            path,
-            hash,
-        } => records
-            .record_read(&session, &rel(&path)?, &hash)
-            .await
-            .map(|_| None),
-        RecordOp::CheckWrite {
-            session,
-            path,
-            current,
-        } => records
-            .check_write(&session, &rel(&path)?, &current)
-            .await
-            .map(|_| None),
-        RecordOp::RecordWrite {
-            session,
-            path,
-            hash,
-        } => records
-            .record_write(&session, &rel(&path)?, &hash)
-            .await
-            .map(|_| None),
-        RecordOp::JournalBegin {
-            session,
-            call_id,
-            tool,
-            path,
-            new_hash,
-            pre,
-            group,
-            removal,
-        } => {
-            let rel = rel(&path)?;
-            let new_hash = (!removal).then_some(new_hash.as_str());
-            match (pre, new_hash) {
-                (Some(pre), _) => {
-                    let content = match &pre.upload {
-                        Some(upload) => {
-                            let bytes = uploads().take(upload).ok_or_else(|| {
-                                ToolError::InvalidArguments(format!(
-                                    "the runner named upload {upload} for {path}, which it never sent whole; nothing was written, retry the call"
-                                ))
-                            })?;
-                            pre.check(&path, &bytes)?;
-                            Some(bytes)
-                        }
-                        None => pre.decode(&path)?,
-                    };
-                    let image = PreImage {
-                        content: content.as_deref(),
-                        mode: pre.mode,
-                    };
-                    records
-                        .journal_begin_preimage(
-                            &session, &call_id, &tool, &rel, new_hash, group, image,
-                        )
-                        .await
-                        .map(Some)
-                }
-                // Never read this disk for a remote runner's file.
-                (None, _) if remote => Err(ToolError::Unavailable(format!(
-                    "the runner sent no previous content of {path} to journal, so nothing was written; the runner is older than this server: install the same toolyard release on both sides"
-                ))),
-                (None, Some(new_hash)) => records
-                    .journal_begin_grouped(&session, &call_id, &tool, &rel, new_hash, group)
-                    .await
-                    .map(Some),
-                (None, None) => records
-                    .journal_begin_removal(&session, &call_id, &tool, &rel, group)
-                    .await
-                    .map(Some),
-            }
-        }
-        RecordOp::JournalEnd { change, done } => {
-            records.journal_end(change, done).await.map(|_| None)
-        }
-        RecordOp::JournalCommand { .. } => Err(ToolError::Io(
-            "internal: a command's changes in apply_record".into(),
-        )),
-        RecordOp::UndoLast { .. } | RecordOp::RollBack { .. } => {
-            Err(ToolError::Io("internal: an undo in apply_record".into()))
-        }
-    }
-}
-
-/// Journal a runner's [`RecordOp::JournalCommand`], its previous contents taken from its upload.
-async fn journal_command(
-    records: &dyn Records,
-    op: RecordOp,
-    uploads: &std::sync::Mutex<Uploads>,
-) -> Result<toolyard_workspace::CommandJournaled, ToolError> {
-    let uploads = || uploads.lock().unwrap_or_else(|p| p.into_inner());
-    let rel = relative;
-    match op {
-        RecordOp::JournalCommand {
-            session,
-            call_id,
-            tool,
-            command,
-            entries,
-            skipped,
-            upload,
-            since,
-        } => {
-            let content = match &upload {
-                Some(upload) => uploads().take(upload).ok_or_else(|| {
-                    ToolError::InvalidArguments(format!(
-                        "the runner named upload {upload} for a command's changes, which it never sent whole; nothing was journaled"
-                    ))
-                })?,
-                None => Vec::new(),
-            };
-            let total: u64 = entries.iter().map(|e| e.len).sum();
-            if total != content.len() as u64 {
-                return Err(ToolError::InvalidArguments(format!(
-                    "a command's previous contents are {} bytes, its entries name {total}; nothing was journaled",
-                    content.len()
-                )));
-            }
-            let mut list = Vec::with_capacity(entries.len());
-            let mut at = 0usize;
-            for e in entries {
-                rel(&e.entry.path)?;
-                // The lengths sum to the content's (checked above), so this stays in bounds.
-                let end = at + usize::try_from(e.len).unwrap_or(0);
-                let mut entry = e.entry;
-                entry.old_content = content.get(at..end).unwrap_or_default().to_vec();
-                at = end;
-                list.push(entry);
-            }
-            records
-                .journal_command(toolyard_workspace::CommandRecord {
-                    session: &session,
-                    call_id: &call_id,
-                    tool: &tool,
-                    command: &command,
-                    entries: &list,
-                    skipped: &skipped,
-                    since,
-                })
-                .await
-        }
-        _ => Err(ToolError::Io(
-            "internal: not a command's changes in journal_command".into(),
-        )),
     }
 }
 

@@ -23,20 +23,23 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
-use toolyard_core::ToolError;
-use toolyard_workspace::{
+use rustix::fs::{AtFlags, Mode, OFlags};
+use toolyard_core::{ToolError, ToolResult};
+use toolyard_records::{
     CommandEntry, CommandRecord, CommandsConfig, DEFAULT_EXCLUDED, DEFAULT_MAX_CALL_BYTES,
-    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_STORE_BYTES, DIR_HASH, JournalConfig, Skipped,
-    symlink_hash,
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_STORE_BYTES, DIR_HASH, EntryKind, JournalConfig, Skipped,
 };
 
 use crate::ToolEnv;
+
+mod walk;
+
+use walk::{Watcher, list, read_entry, stat_of, take};
 
 /// Timestamps closer than this to a walk's start may not show a change made in the same
 /// clock tick (Linux stamps files with a coarse clock): such files are hashed again after.
@@ -138,7 +141,7 @@ enum Kind {
 #[derive(Debug, Clone)]
 struct Entry {
     stat: Stat,
-    /// The state hash (content hash, [`symlink_hash`], [`DIR_HASH`]); `None` when unknown
+    /// The state hash (content hash, [`symlink_hash`](toolyard_workspace::symlink_hash), [`DIR_HASH`]); `None` when unknown
     /// (a special file, or a file that could not be read).
     hash: Option<Arc<str>>,
     /// A symlink's target.
@@ -178,6 +181,42 @@ tokio::task_local! {
 pub fn current_tool() -> String {
     TOOL.try_with(Clone::clone)
         .unwrap_or_else(|_| "command".to_string())
+}
+
+tokio::task_local! {
+    /// The files the current call's commands created, changed or removed (see [`scope_call`]).
+    static CHANGED: std::cell::RefCell<Vec<String>>;
+}
+
+/// Run a tool's `call` as `tool` (for attribution) and add the files its commands created,
+/// changed or removed to the result's `files_changed`: the server's language servers then hear
+/// of every one of them, not only of the documents they had open.
+pub async fn scope_call<F>(tool: String, call: F) -> ToolResult
+where
+    F: std::future::Future<Output = Result<ToolResult, ToolError>>,
+{
+    let (result, changed) = CHANGED
+        .scope(std::cell::RefCell::new(Vec::new()), async {
+            let r = TOOL.scope(tool, call).await;
+            (r, CHANGED.with(|c| c.take()))
+        })
+        .await;
+    let mut result: ToolResult = result.into();
+    for path in changed {
+        if !result.files_changed.contains(&path) {
+            result.files_changed.push(path);
+        }
+    }
+    result
+}
+
+/// Note the files (not directories) of `entries` for [`scope_call`], when it is in scope.
+fn note_changed(entries: &[CommandEntry]) {
+    let files = entries.iter().filter(|e| {
+        let kind = |h: &Option<String>| EntryKind::of_hash(h.as_deref());
+        kind(&e.old_hash) == EntryKind::File || kind(&e.new_hash) == EntryKind::File
+    });
+    let _ = CHANGED.try_with(|c| c.borrow_mut().extend(files.map(|e| e.path.clone())));
 }
 
 /// A process's capture (answered while running, or started in the background), checked at
@@ -613,6 +652,7 @@ impl Capture {
         if entries.is_empty() && skipped.is_empty() {
             return out;
         }
+        note_changed(&entries);
         let record = CommandRecord {
             session: who.session,
             call_id: who.call_id,
@@ -816,447 +856,6 @@ impl Touched {
     }
 }
 
-/// inotify watches on every directory of the workspace: what changed since the last look, so a
-/// command that changes nothing costs no walk. Anything it cannot account for exactly (a lost
-/// event, a directory moved, a watch that could not be set) makes the next look a full walk.
-struct Watcher {
-    fd: OwnedFd,
-    /// Watch descriptor to (workspace-relative directory, excluded).
-    dirs: HashMap<i32, (String, bool)>,
-    broken: bool,
-}
-
-impl Watcher {
-    fn new() -> Option<Self> {
-        use rustix::fs::inotify;
-        let fd = inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC)
-            .map_err(|e| tracing::debug!(error = %e, "no inotify: every command walks the workspace twice"))
-            .ok()?;
-        Some(Self {
-            fd,
-            dirs: HashMap::new(),
-            broken: false,
-        })
-    }
-
-    /// Watch directory `rel` (an excluded one only for changes directly in it).
-    fn add(&mut self, root: &Path, rel: &str, excluded: bool) {
-        match watch_dir(self.fd.as_fd(), root, rel) {
-            Ok(wd) => {
-                self.dirs.insert(wd, (rel.to_string(), excluded));
-            }
-            Err(e) => {
-                tracing::debug!(dir = rel, error = %e, "cannot watch a directory; walking instead");
-                self.broken = true;
-            }
-        }
-    }
-
-    /// What changed since the last call; `None` when that is not known exactly.
-    fn changed(&mut self) -> Option<Touched> {
-        use rustix::fs::inotify::{ReadFlags, Reader};
-        if self.broken {
-            return None;
-        }
-        let mut touched = Touched::default();
-        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16384];
-        let mut reader = Reader::new(&self.fd, &mut buf);
-        loop {
-            let ev = match reader.next() {
-                Ok(ev) => ev,
-                Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => break,
-                Err(_) => {
-                    self.broken = true;
-                    return None;
-                }
-            };
-            let flags = ev.events();
-            if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
-                self.broken = true;
-                return None;
-            }
-            if flags.contains(ReadFlags::IGNORED) {
-                self.dirs.remove(&ev.wd());
-                continue;
-            }
-            let Some((dir, excluded)) = self.dirs.get(&ev.wd()).cloned() else {
-                self.broken = true;
-                return None;
-            };
-            // A directory moved keeps its watches under its old name: look again from scratch.
-            if flags.contains(ReadFlags::MOVE_SELF)
-                || (flags.contains(ReadFlags::ISDIR) && flags.contains(ReadFlags::MOVED_TO))
-            {
-                self.broken = true;
-                return None;
-            }
-            if excluded {
-                touched.excluded.insert(dir);
-                continue;
-            }
-            match ev.file_name().map(|n| n.to_str()) {
-                Some(Ok(name)) if !name.is_empty() => {
-                    let path = if dir.is_empty() {
-                        name.to_string()
-                    } else {
-                        format!("{dir}/{name}")
-                    };
-                    if flags.contains(ReadFlags::ISDIR)
-                        && flags.intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM)
-                    {
-                        touched.removed_dirs.insert(path.clone());
-                    }
-                    touched.paths.insert(path);
-                }
-                Some(Err(_)) => {} // a name that is not UTF-8 is never journaled
-                _ => {
-                    if !dir.is_empty() {
-                        touched.paths.insert(dir);
-                    }
-                }
-            }
-        }
-        Some(touched)
-    }
-}
-
-/// Walk `root` within `scope`: every entry's stat, and the state hash of those whose stat
-/// differs from `prev` (read and put in the store); every directory watched by `watcher`
-/// before it is listed.
-fn take(
-    root_fd: &OwnedFd,
-    scope: &Scope,
-    prev: Option<&Snapshot>,
-    store: &mut Store,
-    started: i128,
-    watcher: Option<&mut Watcher>,
-    root: &Path,
-) -> Option<Snapshot> {
-    let ctx = watcher.as_ref().map(|w| WatchCtx {
-        fd: w.fd.as_fd(),
-        root,
-    });
-    let mut walked = walk(root_fd, scope, ctx);
-    if let Some(w) = watcher {
-        for (wd, dir, excluded) in walked.wds.drain(..) {
-            w.dirs.insert(wd, (dir, excluded));
-        }
-        w.broken |= walked.watch_failed;
-    }
-    if walked.entries.len() > MAX_ENTRIES {
-        tracing::warn!(
-            entries = walked.entries.len(),
-            "the workspace is too large to journal what commands change"
-        );
-        return None;
-    }
-    let mut snap = Snapshot {
-        entries: HashMap::with_capacity(walked.entries.len()),
-        excluded: walked.excluded,
-    };
-    // A directory that could not be listed (a command made it unreadable) keeps what it held:
-    // its entries are not taken for removed.
-    if let Some(prev) = prev {
-        for dir in &walked.unlisted {
-            let prefix = format!("{dir}/");
-            for (rel, e) in prev.entries.iter().filter(|(r, _)| r.starts_with(&prefix)) {
-                snap.entries.insert(rel.clone(), e.clone());
-            }
-        }
-    }
-    for (rel, stat, link) in walked.entries {
-        let racy = stat.mtime >= started - RACY_NS || stat.ctime >= started - RACY_NS;
-        let known = prev
-            .and_then(|p| p.entries.get(&rel))
-            .filter(|e| e.stat == stat && !e.racy && e.hash.is_some());
-        let entry = match known {
-            Some(e) => Entry { racy, ..e.clone() },
-            None => read_entry(root_fd, &rel, stat, link, scope, store, racy),
-        };
-        snap.entries.insert(rel, entry);
-    }
-    Some(snap)
-}
-
-/// The state hash of `rel` (reading a file, storing it within the caps).
-fn read_entry(
-    root: &OwnedFd,
-    rel: &str,
-    stat: Stat,
-    link: Option<Vec<u8>>,
-    scope: &Scope,
-    store: &mut Store,
-    racy: bool,
-) -> Entry {
-    let (hash, stored) = match stat.kind {
-        Kind::Dir => (Some(Arc::from(DIR_HASH)), true),
-        Kind::Symlink => (link.as_deref().map(|l| Arc::from(symlink_hash(l))), true),
-        Kind::Special => (None, false),
-        Kind::File => match read_file(root, rel, scope.max_file) {
-            Some((hash, Some(bytes))) => {
-                let stored = store.put(&hash, &bytes, scope.max_store);
-                (Some(Arc::from(hash)), stored)
-            }
-            Some((hash, None)) => (Some(Arc::from(hash)), false),
-            None => (None, false),
-        },
-    };
-    Entry {
-        stat,
-        hash,
-        link: link.map(Arc::from),
-        stored,
-        racy,
-    }
-}
-
-/// Read `rel` beneath `root` without following any symlink: its hash, and its bytes when
-/// at most `max` (larger files are only hashed, streamed).
-fn read_file(root: &OwnedFd, rel: &str, max: u64) -> Option<(String, Option<Vec<u8>>)> {
-    let fd = open_beneath(root, rel)?;
-    let mut file = std::fs::File::from(fd);
-    let mut bytes = Vec::new();
-    (&mut file).take(max + 1).read_to_end(&mut bytes).ok()?;
-    if bytes.len() as u64 <= max {
-        let hash = toolyard_workspace::hash_bytes(&bytes);
-        return Some((hash, Some(bytes)));
-    }
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(&bytes);
-    hasher.update_reader(&mut file).ok()?;
-    Some((hasher.finalize().to_hex().to_string(), None))
-}
-
-fn open_beneath(root: &OwnedFd, rel: &str) -> Option<OwnedFd> {
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    match rustix::fs::openat2(
-        root,
-        rel,
-        flags,
-        Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
-    ) {
-        Ok(fd) => Some(fd),
-        Err(rustix::io::Errno::NOSYS) => rustix::fs::openat(root, rel, flags, Mode::empty()).ok(),
-        Err(_) => None,
-    }
-}
-
-/// What a walk found: (path, stat, symlink target) and the excluded directories.
-#[derive(Default)]
-struct Walked {
-    entries: Vec<(String, Stat, Option<Vec<u8>>)>,
-    excluded: HashMap<String, (Stat, String)>,
-    /// Directories that could not be listed.
-    unlisted: Vec<String>,
-    /// The watches set: descriptor, directory, excluded.
-    wds: Vec<(i32, String, bool)>,
-    /// A watch could not be set.
-    watch_failed: bool,
-}
-
-/// Where a walk sets its watches.
-#[derive(Clone, Copy)]
-struct WatchCtx<'a> {
-    fd: std::os::fd::BorrowedFd<'a>,
-    root: &'a Path,
-}
-
-/// The events a [`Watcher`] asks for on each directory.
-fn watch_flags() -> rustix::fs::inotify::WatchFlags {
-    use rustix::fs::inotify::WatchFlags;
-    WatchFlags::MODIFY
-        | WatchFlags::ATTRIB
-        | WatchFlags::CREATE
-        | WatchFlags::DELETE
-        | WatchFlags::MOVED_FROM
-        | WatchFlags::MOVED_TO
-        | WatchFlags::MOVE_SELF
-        | WatchFlags::DONT_FOLLOW
-        | WatchFlags::ONLYDIR
-}
-
-/// Watch the directory `rel` beneath `root`.
-fn watch_dir(fd: std::os::fd::BorrowedFd<'_>, root: &Path, rel: &str) -> rustix::io::Result<i32> {
-    let path = if rel.is_empty() {
-        root.to_path_buf()
-    } else {
-        root.join(rel)
-    };
-    rustix::fs::inotify::add_watch(fd, &path, watch_flags())
-}
-
-fn stat_of(st: &rustix::fs::Stat) -> Stat {
-    let fmt = rustix::fs::FileType::from_raw_mode(st.st_mode);
-    let kind = match fmt {
-        rustix::fs::FileType::RegularFile => Kind::File,
-        rustix::fs::FileType::Symlink => Kind::Symlink,
-        rustix::fs::FileType::Directory => Kind::Dir,
-        _ => Kind::Special,
-    };
-    Stat {
-        kind,
-        size: st.st_size as u64,
-        mtime: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
-        ctime: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
-        ino: st.st_ino,
-        mode: st.st_mode & 0o7777,
-    }
-}
-
-/// A parallel stat walk of `root` (directories handed out to a few threads), never
-/// following a symlink, not descending into excluded directories.
-fn walk(root: &OwnedFd, scope: &Scope, watch: Option<WatchCtx<'_>>) -> Walked {
-    struct Shared {
-        queue: Vec<String>,
-        busy: usize,
-    }
-    let shared = Mutex::new(Shared {
-        queue: vec![String::new()],
-        busy: 0,
-    });
-    let cv = std::sync::Condvar::new();
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, MAX_WALKERS);
-    let results: Mutex<Walked> = Mutex::new(Walked::default());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                let mut mine = Vec::new();
-                let mut excluded = Vec::new();
-                let mut unlisted = Vec::new();
-                let mut wds = Vec::new();
-                let mut watch_failed = false;
-                let mut watch = |rel: &str, excluded: bool| {
-                    if let Some(w) = watch {
-                        match watch_dir(w.fd, w.root, rel) {
-                            Ok(wd) => wds.push((wd, rel.to_string(), excluded)),
-                            Err(_) => watch_failed = true,
-                        }
-                    }
-                };
-                loop {
-                    let dir = {
-                        let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
-                        loop {
-                            if let Some(d) = sh.queue.pop() {
-                                sh.busy += 1;
-                                break Some(d);
-                            }
-                            if sh.busy == 0 {
-                                break None;
-                            }
-                            sh = cv.wait(sh).unwrap_or_else(|e| e.into_inner());
-                        }
-                    };
-                    let Some(dir) = dir else {
-                        cv.notify_all();
-                        break;
-                    };
-                    let mut subdirs = Vec::new();
-                    // Watched before it is listed: a change made meanwhile is reported later.
-                    watch(&dir, false);
-                    let had = excluded.len();
-                    if !list(root, &dir, scope, &mut mine, &mut subdirs, &mut excluded) {
-                        unlisted.push(dir);
-                    }
-                    for (x, _) in &excluded[had..] {
-                        watch(x, true);
-                    }
-                    let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
-                    sh.queue.extend(subdirs);
-                    sh.busy -= 1;
-                    drop(sh);
-                    cv.notify_all();
-                }
-                let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
-                r.entries.append(&mut mine);
-                r.excluded.extend(excluded);
-                r.unlisted.append(&mut unlisted);
-                r.wds.append(&mut wds);
-                r.watch_failed |= watch_failed;
-            });
-        }
-    });
-    results.into_inner().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The entries of directory `dir` (workspace-relative, "" for the root); false when it could
-/// not be listed.
-fn list(
-    root: &OwnedFd,
-    dir: &str,
-    scope: &Scope,
-    out: &mut Vec<(String, Stat, Option<Vec<u8>>)>,
-    subdirs: &mut Vec<String>,
-    excluded: &mut Vec<(String, (Stat, String))>,
-) -> bool {
-    let fd = if dir.is_empty() {
-        rustix::fs::openat(
-            root,
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()
-    } else {
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        match rustix::fs::openat2(
-            root,
-            dir,
-            flags,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
-        ) {
-            Ok(fd) => Some(fd),
-            Err(rustix::io::Errno::NOSYS) => {
-                rustix::fs::openat(root, dir, flags, Mode::empty()).ok()
-            }
-            Err(_) => None,
-        }
-    };
-    let Some(fd) = fd else { return false };
-    let Ok(mut entries) = rustix::fs::Dir::read_from(&fd) else {
-        return false;
-    };
-    while let Some(Ok(e)) = entries.next() {
-        let name = e.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        let Ok(name) = std::str::from_utf8(name) else {
-            // A name that is not UTF-8 cannot be journaled by path; left out.
-            continue;
-        };
-        let Ok(st) = rustix::fs::statat(fd.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW) else {
-            continue;
-        };
-        let stat = stat_of(&st);
-        let rel = if dir.is_empty() {
-            name.to_string()
-        } else {
-            format!("{dir}/{name}")
-        };
-        if stat.kind == Kind::Dir
-            && let Some(why) = scope.excluded(&rel, name)
-        {
-            excluded.push((rel, (stat, why)));
-            continue;
-        }
-        let link = (stat.kind == Kind::Symlink)
-            .then(|| rustix::fs::readlinkat(fd.as_fd(), name, Vec::new()).ok())
-            .flatten()
-            .map(|t| t.into_bytes());
-        if stat.kind == Kind::Dir {
-            subdirs.push(rel.clone());
-        }
-        out.push((rel, stat, link));
-    }
-    true
-}
-
 fn depth(p: &str) -> usize {
     p.bytes().filter(|b| *b == b'/').count()
 }
@@ -1312,52 +911,16 @@ fn diff(
         }
         let (old_hash, old_mode, content) = match old {
             None => (None, None, Vec::new()),
-            Some(o) => {
-                let Some(hash) = o.hash.clone() else {
+            Some(o) => match previous(o, scope, store, &mut call_bytes) {
+                Ok(previous) => previous,
+                Err(reason) => {
                     skipped.push(Skipped {
                         path: path.clone(),
-                        reason: "was unreadable before the command".into(),
+                        reason,
                     });
                     continue;
-                };
-                let content = match o.stat.kind {
-                    Kind::Dir | Kind::Special => Vec::new(),
-                    Kind::Symlink => o.link.as_deref().map(<[u8]>::to_vec).unwrap_or_default(),
-                    Kind::File => {
-                        if o.stat.size > scope.max_file {
-                            skipped.push(Skipped {
-                                path: path.clone(),
-                                reason: format!("over the {} per-file cap", human(scope.max_file)),
-                            });
-                            continue;
-                        }
-                        if call_bytes + o.stat.size > scope.max_call {
-                            skipped.push(Skipped {
-                                path: path.clone(),
-                                reason: format!(
-                                    "past the {} of previous contents kept per call",
-                                    human(scope.max_call)
-                                ),
-                            });
-                            continue;
-                        }
-                        let Some(bytes) = o.stored.then(|| store.get(&hash)).flatten() else {
-                            skipped.push(Skipped {
-                                path: path.clone(),
-                                reason: format!(
-                                    "its previous content was not kept (the store is over {})",
-                                    human(scope.max_store)
-                                ),
-                            });
-                            continue;
-                        };
-                        call_bytes += bytes.len() as u64;
-                        bytes
-                    }
-                };
-                let mode = (o.stat.kind != Kind::Symlink).then_some(o.stat.mode);
-                (Some(hash.to_string()), mode, content)
-            }
+                }
+            },
         };
         let (new_hash, new_mode) = match new {
             None => (None, None),
@@ -1375,7 +938,71 @@ fn diff(
             new_mode,
         });
     }
-    // What an excluded directory's own stat says: it appeared, went, or its entries changed.
+    excluded_changes(before, after, &mut skipped);
+    let vacates = |e: &CommandEntry| {
+        e.new_hash.is_none()
+            || (e.old_hash.as_deref() == Some(DIR_HASH) && e.new_hash.as_deref() != Some(DIR_HASH))
+    };
+    entries.sort_by(|a, b| {
+        let (va, vb) = (vacates(a), vacates(b));
+        vb.cmp(&va)
+            .then_with(|| {
+                if va {
+                    depth(&b.path).cmp(&depth(&a.path))
+                } else {
+                    depth(&a.path).cmp(&depth(&b.path))
+                }
+            })
+            .then_with(|| a.path.cmp(&b.path))
+    });
+    skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    (entries, skipped)
+}
+
+/// An entry's previous state as the journal keeps it: hash, mode, content.
+type Previous = (Option<String>, Option<u32>, Vec<u8>);
+
+/// What `o`, a path's entry before the command, puts in its journal entry (hash, mode,
+/// content), or why it cannot be kept; `call_bytes` counts the contents this call keeps.
+fn previous(
+    o: &Entry,
+    scope: &Scope,
+    store: &Store,
+    call_bytes: &mut u64,
+) -> Result<Previous, String> {
+    let Some(hash) = o.hash.clone() else {
+        return Err("was unreadable before the command".into());
+    };
+    let content = match o.stat.kind {
+        Kind::Dir | Kind::Special => Vec::new(),
+        Kind::Symlink => o.link.as_deref().map(<[u8]>::to_vec).unwrap_or_default(),
+        Kind::File => {
+            if o.stat.size > scope.max_file {
+                return Err(format!("over the {} per-file cap", human(scope.max_file)));
+            }
+            if *call_bytes + o.stat.size > scope.max_call {
+                return Err(format!(
+                    "past the {} of previous contents kept per call",
+                    human(scope.max_call)
+                ));
+            }
+            let Some(bytes) = o.stored.then(|| store.get(&hash)).flatten() else {
+                return Err(format!(
+                    "its previous content was not kept (the store is over {})",
+                    human(scope.max_store)
+                ));
+            };
+            *call_bytes += bytes.len() as u64;
+            bytes
+        }
+    };
+    let mode = (o.stat.kind != Kind::Symlink).then_some(o.stat.mode);
+    Ok((Some(hash.to_string()), mode, content))
+}
+
+/// The excluded directories whose own stat changed between `before` and `after` (one
+/// appeared, went, or its entries changed), each added to `skipped`.
+fn excluded_changes(before: &Snapshot, after: &Snapshot, skipped: &mut Vec<Skipped>) {
     let names: HashSet<&String> = before
         .excluded
         .keys()
@@ -1398,24 +1025,6 @@ fn diff(
             });
         }
     }
-    let vacates = |e: &CommandEntry| {
-        e.new_hash.is_none()
-            || (e.old_hash.as_deref() == Some(DIR_HASH) && e.new_hash.as_deref() != Some(DIR_HASH))
-    };
-    entries.sort_by(|a, b| {
-        let (va, vb) = (vacates(a), vacates(b));
-        vb.cmp(&va)
-            .then_with(|| {
-                if va {
-                    depth(&b.path).cmp(&depth(&a.path))
-                } else {
-                    depth(&a.path).cmp(&depth(&b.path))
-                }
-            })
-            .then_with(|| a.path.cmp(&b.path))
-    });
-    skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    (entries, skipped)
 }
 
 fn human(bytes: u64) -> String {
@@ -1430,6 +1039,8 @@ fn human(bytes: u64) -> String {
 mod tests {
     use std::collections::BTreeMap;
     use std::os::unix::fs::PermissionsExt;
+
+    use toolyard_records::symlink_hash;
 
     use super::*;
 

@@ -12,14 +12,19 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::{
-    Annotations, Progress, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+    Annotations, Engine, Progress, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
 };
-use toolyard_exec::policy::{CommandPolicy, Decision, PolicyConfig};
 use toolyard_exec::protect::Protected;
 use toolyard_exec::sandbox::SandboxConfig;
 use toolyard_exec::{EnvPolicy, ExecConfig, ExecOutcome, ExecRequest, Ran, Streams};
+use toolyard_policy::{CommandPolicy, Decision, PolicyConfig};
 
 use crate::ToolEnv;
+
+// A command that outlives its call (background, yielding, a tty, the shell) is still one of
+// these commands, run through the same CommandEnv: a child of this module, not a sibling
+// both sides of which import the other.
+pub mod process;
 
 /// Project commands for build / test / validate, from the catalog's `[project]` section.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -54,6 +59,9 @@ pub struct RunCommandArgs {
     /// Return after this many milliseconds if it is still running, with its output so far
     /// and `data.process_id`, instead of killing it (default with `background`: 1000).
     pub yield_ms: Option<u64>,
+    /// Hosts the command needs beyond the catalog's [network], if the user approves.
+    #[schemars(description = crate::network_ask::DESCRIPTION)]
+    pub network: Option<crate::network_ask::NetworkAsk>,
 }
 
 /// Arguments of `build`, `test` and `validate`.
@@ -65,6 +73,9 @@ pub struct ProjectCommandArgs {
     /// Time limit in milliseconds (default and ceiling from the catalog).
     #[schemars(range(min = 1))]
     pub timeout_ms: Option<u64>,
+    /// Hosts the command needs beyond the catalog's [network], if the user approves.
+    #[schemars(description = crate::network_ask::DESCRIPTION)]
+    pub network: Option<crate::network_ask::NetworkAsk>,
 }
 
 pub use toolyard_exec::env::ANSWER_AFTER_ENV;
@@ -306,10 +317,7 @@ impl CommandEnv {
         req.call_id = sanitize(&ctx.call_id);
         req.cancel = ctx.cancel.clone();
         // A session at its limit of processes keeps waiting, as before.
-        if answer
-            && self.answer_after.is_some()
-            && crate::process::table(self).has_room(&ctx.session_id)
-        {
+        if answer && self.answer_after.is_some() && process::table(self).has_room(&ctx.session_id) {
             req.answer_after = self.answer_after;
         }
         let progress = ctx.progress.clone();
@@ -349,12 +357,8 @@ impl CommandEnv {
                     }
                 });
                 let so_far = Box::new(running.so_far.clone());
-                let proc = crate::process::table(self).adopt(
-                    *running,
-                    &ctx.session_id,
-                    command,
-                    Some(on_end),
-                )?;
+                let proc =
+                    process::table(self).adopt(*running, &ctx.session_id, command, Some(on_end))?;
                 if let Some(capture) = capture {
                     crate::capture::adopt(&proc.id, capture, command);
                 }
@@ -405,7 +409,7 @@ impl CommandEnv {
 
     /// Check `command` against the policy and resolve `cwd` (workspace-relative) to the
     /// absolute directory it runs in.
-    pub(crate) fn admit(
+    pub fn admit(
         &self,
         ctx: &ToolContext,
         command: &str,
@@ -704,7 +708,7 @@ pub(crate) fn sanitize(id: &str) -> String {
 
 /// `run_command` / `run_command_isolated`: the same tool under two names and two lanes.
 pub struct RunCommand {
-    name: &'static str,
+    engine: Engine,
     commands: Arc<CommandEnv>,
 }
 
@@ -713,11 +717,11 @@ impl TypedTool for RunCommand {
     type Args = RunCommandArgs;
 
     fn name(&self) -> &str {
-        self.name
+        self.engine.name()
     }
 
     fn description(&self) -> &str {
-        if self.name == "run_command_isolated" {
+        if self.engine == Engine::RunCommandIsolated {
             "Execute a shell command with no network access at all, in the workspace. Long \
              output keeps its head and tail; the full output is saved and named."
         } else {
@@ -729,14 +733,14 @@ impl TypedTool for RunCommand {
 
     fn annotations(&self) -> Annotations {
         let mut a = Annotations::COMMAND;
-        a.open_world = self.name == "run_command";
+        a.open_world = self.engine.open_world();
         a
     }
 
     async fn run(&self, args: RunCommandArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         if args.background.unwrap_or(false) || args.tty.unwrap_or(false) || args.yield_ms.is_some()
         {
-            return crate::process::run_started(&self.commands, ctx, args).await;
+            return process::run_started(&self.commands, ctx, args).await;
         }
         self.commands
             .run_answering(ctx, &args.command, args.cwd.as_deref(), None)
@@ -802,9 +806,9 @@ impl TypedTool for ProjectCommand {
 
 /// The five command tools, sharing `commands`.
 pub fn tools(commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>> {
-    let run = |name| -> Arc<dyn Tool> {
+    let run = |engine| -> Arc<dyn Tool> {
         Arc::new(Typed(RunCommand {
-            name,
+            engine,
             commands: commands.clone(),
         }))
     };
@@ -815,8 +819,8 @@ pub fn tools(commands: Arc<CommandEnv>) -> Vec<Arc<dyn Tool>> {
         }))
     };
     vec![
-        run("run_command"),
-        run("run_command_isolated"),
+        run(Engine::RunCommand),
+        run(Engine::RunCommandIsolated),
         project("build"),
         project("test"),
         project("validate"),

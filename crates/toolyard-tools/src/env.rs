@@ -6,11 +6,10 @@ use std::sync::Arc;
 use toolyard_core::{Catalog, ToolError};
 use toolyard_exec::protect::{self, Protected};
 use toolyard_exec::sandbox::SandboxConfig;
-use toolyard_workspace::{
-    Journal, JournalConfig, Ledger, Protection, RelPath, StateDir, Workspace,
-};
+use toolyard_records::{Journal, JournalConfig, Ledger};
+use toolyard_workspace::{Protection, RelPath, StateDir, Workspace};
 
-use crate::records::{LocalRecords, Records};
+use toolyard_records::{LocalRecords, Records};
 
 /// What the built-in tools of one workspace share: the confined workspace, Toolyard's state
 /// directory for it, the catalog (limits, provider settings), and the session records.

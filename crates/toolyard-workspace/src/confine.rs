@@ -821,26 +821,16 @@ fn refuse_special(meta: &Metadata, rel: &RelPath) -> Result<(), ToolError> {
 struct DirLock(File);
 
 fn lock_dir(dir: &Dir) -> io::Result<DirLock> {
-    use std::os::fd::AsRawFd;
     // A read-only open (directory handles are O_PATH, on which flock fails).
     let own = dir.open(".")?;
-    loop {
-        // SAFETY: flock on a descriptor we own; it touches no memory.
-        if unsafe { libc::flock(own.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return Ok(DirLock(own));
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    crate::lock::flock(&own, libc::LOCK_EX)?;
+    Ok(DirLock(own))
 }
 
 impl Drop for DirLock {
     fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: as above (closing the descriptor would release the lock as well).
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+        // Closing the descriptor would release the lock as well.
+        let _ = crate::lock::flock(&self.0, libc::LOCK_UN);
     }
 }
 

@@ -915,6 +915,11 @@ where
         args: req.args,
         cancel,
         progress: None,
+        approver: Some(std::sync::Arc::new(
+            toolyard_runner::network_request::CannotAsk(
+                "`toolyard call` cannot ask you (a command line has no one to answer)".into(),
+            ),
+        )),
     };
     let result = host.dispatcher.call(call).await;
     watch.abort();

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use toolyard_core::{Catalog, SchemaFormat};
+use toolyard_dialects::Dialect;
 use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
-use toolyard_tools::Dialect;
 
 mod host;
 mod serve;
@@ -590,15 +590,6 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// A multi-thread runtime of `workers` workers (its blocking threads apart).
-pub(crate) fn runtime_with_workers(workers: usize) -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
-
 /// The catalog, every section checked: a mistake anywhere stops every subcommand at once.
 pub(crate) fn load_catalog(path: Option<&Path>) -> Result<Catalog> {
     let catalog = match path {
@@ -746,7 +737,7 @@ fn tools(args: ToolsArgs) -> Result<ExitCode> {
 }
 
 fn check_command(args: CheckArgs) -> Result<ExitCode> {
-    use toolyard_exec::policy::{CommandPolicy, Decision, PolicyConfig};
+    use toolyard_policy::{CommandPolicy, Decision, PolicyConfig};
     let catalog = load_catalog(args.catalog.as_deref())?;
     let config: PolicyConfig = catalog.section("policy")?;
     let policy = CommandPolicy::new(&config)?;
@@ -784,6 +775,19 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode> {
     out!("  heavy:  like net, plus the rlimits and cgroup limits above where available");
     let network: toolyard_egress::NetworkConfig = catalog.section("network")?;
     out!("  [network]: {}", network.describe());
+    out!(
+        "  network requests: a command tool's `network: {{hosts, reason}}` gets hosts [network] \
+         refuses only when you approve them through your MCP client (elicitation: this call, \
+         this session, or always for this workspace, kept in the state directory's {}, which \
+         commands can neither read nor write); refused, with the catalog line to add, where the \
+         client cannot ask (the CLI, a client without elicitation); an approval never lifts \
+         [network] deny or the internal addresses",
+        toolyard_runner::network_request::STORE_FILE
+    );
+    out!(
+        "  [remote] runners: no gate (the container's or pod's own network applies; [network] \
+         and approvals do not)"
+    );
     out!(
         "  every lane: writes only in the workspace, the runner's temp dir and the private tool \
          caches (Landlock; renames and links across directories work), Toolyard's state \
@@ -872,12 +876,12 @@ fn is_remote(catalog: &Catalog) -> Result<bool> {
 fn journal(
     ws: Option<&Path>,
     remote: bool,
-) -> Result<(toolyard_workspace::Workspace, toolyard_workspace::Journal)> {
+) -> Result<(toolyard_workspace::Workspace, toolyard_records::Journal)> {
     let workspace = toolyard_workspace::Workspace::open(&workspace_root(ws)?)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let state = toolyard_workspace::StateDir::for_workspace(workspace.root())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let journal = toolyard_workspace::Journal::open(&state).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let journal = toolyard_records::Journal::open(&state).map_err(|e| anyhow::anyhow!("{e}"))?;
     if !remote {
         journal
             .recover(&workspace)
@@ -890,7 +894,7 @@ fn log(args: LogArgs) -> Result<ExitCode> {
     let remote = is_remote(&load_catalog(args.catalog.as_deref())?)?;
     let (ws, journal) = journal(args.ws.workspace.as_deref(), remote)?;
     let changes = journal
-        .list(&toolyard_workspace::ChangeFilter {
+        .list(&toolyard_records::ChangeFilter {
             session: args.session.clone(),
             path: args.path,
             status: None,
@@ -909,7 +913,7 @@ fn log(args: LogArgs) -> Result<ExitCode> {
         out!("none recorded");
     }
     for c in changes {
-        use toolyard_workspace::EntryKind;
+        use toolyard_records::EntryKind;
         let mut what = match (&c.undoes, c.existed, &c.new_hash) {
             (Some(u), _, _) => format!("undo of #{}", u.0),
             (None, false, _) => "created".to_string(),
@@ -977,7 +981,7 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
     let remote = is_remote(&load_catalog(args.catalog.as_deref())?)?;
     let (ws, journal) = journal(args.ws.workspace.as_deref(), remote)?;
     let id = match (args.change_id, &args.session) {
-        (Some(id), _) => toolyard_workspace::ChangeId(id),
+        (Some(id), _) => toolyard_records::ChangeId(id),
         (None, Some(s)) => journal
             .last_of_session(s)
             .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -989,8 +993,8 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
                 )
             })?,
         (None, None) => journal
-            .list(&toolyard_workspace::ChangeFilter {
-                status: Some(toolyard_workspace::ChangeStatus::Done),
+            .list(&toolyard_records::ChangeFilter {
+                status: Some(toolyard_records::ChangeStatus::Done),
                 ..Default::default()
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -1004,8 +1008,11 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
                 )
             })?,
     };
-    let undone = if remote {
-        // The runner holds the files: undo through a dispatcher, which reaches it.
+    // The one undo: the changes one call made together (an apply_patch) are undone together,
+    // on this disk or, when the runner holds the files, through a dispatcher, which reaches it.
+    // Lives while the undo runs: the records reach the runner through its router.
+    let dispatcher;
+    let records = if remote {
         drop(journal);
         let common = Common {
             workspace: args.ws.workspace.clone(),
@@ -1014,19 +1021,23 @@ fn undo(args: UndoArgs) -> Result<ExitCode> {
             profile: toolyard_core::ALL_PROFILE.into(),
             inline: false,
         };
-        let dispatcher = dispatcher(&common)?;
-        let local = dispatcher
+        dispatcher = self::dispatcher(&common)?;
+        dispatcher
             .env()
             .local
             .clone()
-            .context("internal: the server keeps no journal")?;
-        runtime()?.block_on(toolyard_tools::undo::undo_change(
-            &local, id, "cli", "cli-undo", args.force,
-        ))
+            .context("internal: the server keeps no journal")?
     } else {
-        // The changes one call made together (an apply_patch) are undone together.
-        journal.undo_group(&ws, id, "cli", "cli-undo", args.force)
+        let state = toolyard_workspace::StateDir::for_workspace(ws.root())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ledger = toolyard_records::Ledger::open(&state).map_err(|e| anyhow::anyhow!("{e}"))?;
+        std::sync::Arc::new(toolyard_records::LocalRecords::new(
+            std::sync::Arc::new(ws),
+            ledger,
+            journal,
+        ))
     };
+    let undone = runtime()?.block_on(records.undo(id, "cli", "cli-undo", args.force));
     match undone {
         Ok(undone) => {
             for out in &undone {

@@ -50,13 +50,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
              to files and network, and only the file tools' paths are confined to the workspace"
         );
     }
-    // Over stdio, one worker: rmcp's reader, its request tasks and the answers share one
-    // thread, so a call costs no hand-off between threads; a call that blocks (file I/O in
-    // this process) hands the worker's other tasks to another thread meanwhile.
-    let rt = match &args.http {
-        None => crate::runtime_with_workers(1)?,
-        Some(_) => crate::runtime()?,
-    };
+    let rt = crate::runtime()?;
     let result = rt.block_on(async {
         // Built inside the runtime: the router spawns its runner tasks on it.
         let dispatcher = Arc::new(crate::dispatcher(&args.common)?);

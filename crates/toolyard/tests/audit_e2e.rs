@@ -1008,31 +1008,34 @@ fn r09_a_near_miss_never_lands_on_another_place_that_matches_at_an_earlier_level
     );
 }
 
-#[test]
-fn r13_a_husky_hook_cannot_be_planted() {
-    let e = env();
-    let marker = repo_with_marker(&e);
+/// A husky project with its hooks installed: `core.hooksPath` is `.husky/_`, whose `h` runs
+/// `runner` (shell lines) and whose `pre-commit` calls `h`; the user's own `.husky/pre-commit`
+/// holds `hook`.
+fn husky_repo(e: &Env, runner: &str, hook: &str) {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(e.ws.join(".husky/_")).unwrap();
-    std::fs::write(
-        e.ws.join(".husky/_/h"),
-        "#!/bin/sh\nsh \".husky/$(basename \"$0\")\"\n",
-    )
-    .unwrap();
+    std::fs::write(e.ws.join(".husky/_/h"), format!("#!/bin/sh\n{runner}\n")).unwrap();
     std::fs::write(
         e.ws.join(".husky/_/pre-commit"),
         "#!/bin/sh\n. \"$(dirname \"$0\")/h\"\n",
     )
     .unwrap();
-    std::fs::write(e.ws.join(".husky/pre-commit"), "true\n").unwrap();
+    std::fs::write(e.ws.join(".husky/pre-commit"), format!("{hook}\n")).unwrap();
     for f in [".husky/_/h", ".husky/_/pre-commit"] {
-        use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(e.ws.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     assert!(
-        user_git(&e, &["config", "core.hooksPath", ".husky/_"])
+        user_git(e, &["config", "core.hooksPath", ".husky/_"])
             .status
             .success()
     );
+}
+
+#[test]
+fn r13_a_husky_hook_cannot_be_planted() {
+    let e = env();
+    let marker = repo_with_marker(&e);
+    husky_repo(&e, "sh \".husky/$(basename \"$0\")\"", "true");
     let o = e.call(
         "m",
         "run_command",
@@ -1164,27 +1167,11 @@ fn r05b_a_hooks_dir_made_by_a_command_never_comes_back_from_an_overlap() {
 fn r13b_a_program_planted_in_node_modules_bin_never_runs_from_a_husky_hook() {
     let e = env();
     let marker = repo_with_marker(&e);
-    std::fs::create_dir_all(e.ws.join(".husky/_")).unwrap();
     // husky v9's runner: the packages' programs first on PATH.
-    std::fs::write(
-        e.ws.join(".husky/_/h"),
-        "#!/bin/sh\nexport PATH=\"node_modules/.bin:$PATH\"\nsh -e \".husky/$(basename \"$0\")\"\n",
-    )
-    .unwrap();
-    std::fs::write(
-        e.ws.join(".husky/_/pre-commit"),
-        "#!/bin/sh\n. \"$(dirname \"$0\")/h\"\n",
-    )
-    .unwrap();
-    std::fs::write(e.ws.join(".husky/pre-commit"), "lint-staged || true\n").unwrap();
-    for f in [".husky/_/h", ".husky/_/pre-commit"] {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(e.ws.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    assert!(
-        user_git(&e, &["config", "core.hooksPath", ".husky/_"])
-            .status
-            .success()
+    husky_repo(
+        &e,
+        "export PATH=\"node_modules/.bin:$PATH\"\nsh -e \".husky/$(basename \"$0\")\"",
+        "lint-staged || true",
     );
     // What npm does stays: a package and its link.
     let install = format!(

@@ -188,7 +188,7 @@ impl Env {
     }
 
     /// The server's journal (its one workspace state under the server's state dir).
-    fn journal(&self) -> toolyard_workspace::Journal {
+    fn journal(&self) -> toolyard_records::Journal {
         let states: Vec<PathBuf> = std::fs::read_dir(self.server_state.join("workspaces"))
             .unwrap()
             .flatten()
@@ -196,14 +196,14 @@ impl Env {
             .collect();
         assert_eq!(states.len(), 1, "{states:?}");
         let state = toolyard_workspace::StateDir::at(&states[0], &self.server_ws).unwrap();
-        toolyard_workspace::Journal::open(&state).unwrap()
+        toolyard_records::Journal::open(&state).unwrap()
     }
 
     /// The bytes change `id` replaced, from the server's journal.
     fn old_bytes(&self, id: i64) -> Vec<u8> {
         let mut old = Vec::new();
         self.journal()
-            .old_content(toolyard_workspace::ChangeId(id))
+            .old_content(toolyard_records::ChangeId(id))
             .unwrap()
             .expect("the change kept its pre-image")
             .read_to_end(&mut old)

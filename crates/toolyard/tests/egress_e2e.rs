@@ -455,3 +455,42 @@ fn a_dev_server_in_the_lane_answers_the_lane_and_the_host_loopback() {
         "the host's port closes with the server"
     );
 }
+
+/// A command's request for more network through the CLI, which cannot ask the user: refused
+/// before the command runs, with the catalog line to add; a request the catalog already
+/// grants runs without a question. (The approved path needs a client that can ask: see
+/// tests/mcp/test_network_request.py.)
+#[test]
+fn a_request_for_more_is_refused_where_nobody_can_ask_with_the_catalog_line() {
+    if !curl_here() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("index.html"), "from the fake registry\n").unwrap();
+    let port = static_server(t.path().to_path_buf());
+    let e = env(&allowlist(), false);
+    let ask = |host: &str| {
+        json!({
+            "command": format!("touch ran-{host}; curl -sS -m 10 http://{host}:{port}/"),
+            "network": {"hosts": [host], "reason": "fetch the index"},
+        })
+    };
+    let v = e.call("run_command", ask("other.test"));
+    let out = v["output"].as_str().unwrap_or_default();
+    assert_eq!(v["success"], false, "{out}");
+    assert!(out.contains("\"other.test\" not approved"), "{out}");
+    assert!(out.contains("cannot ask"), "{out}");
+    assert!(
+        out.contains("[network] allow = [..., \"other.test\"]"),
+        "{out}"
+    );
+    assert!(!e.ws.join("ran-other.test").exists(), "the command ran");
+    let v = e.call("run_command", ask("registry.test"));
+    let out = v["output"].as_str().unwrap_or_default();
+    assert_eq!(v["success"], true, "{out}");
+    assert!(out.contains("from the fake registry"), "{out}");
+    assert!(
+        out.contains(&format!("network: registry.test:{port} allowed")),
+        "{out}"
+    );
+}

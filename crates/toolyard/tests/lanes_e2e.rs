@@ -292,7 +292,7 @@ async fn cancelling_a_call_kills_its_process_tree() {
 fn claude_code_dispatcher(ws: &Path, lanes: bool) -> Dispatcher {
     let mut config = DispatcherConfig::new(ws);
     config.state_dir = ws.parent().map(|base| base.join("state"));
-    config.dialect = toolyard_tools::Dialect::ClaudeCode;
+    config.dialect = toolyard_dialects::Dialect::ClaudeCode;
     if lanes {
         config.mode = Mode::Lanes {
             exe: toolyard_bin(),

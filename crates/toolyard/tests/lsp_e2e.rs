@@ -359,7 +359,7 @@ fn typescript_navigation_gives_the_right_lines() {
         ),
         (
             "src/main.ts",
-            "import { Square } from \"./shape\";\n\nconst sq = new Square(2);\nconsole.log(sq.area());\n",
+            "import { Square } from \"./shape\";\n\nconst sq = new Square(2);\nconsole.log(sq.area());\n\nexport function report(s: Square): number {\n  return s.area();\n}\n",
         ),
     ];
     let mut m = Mcp::start(&files, Some(WAIT), &[]);
@@ -378,6 +378,35 @@ fn typescript_navigation_gives_the_right_lines() {
         r.contains("src/main.ts:1:10") && r.contains("src/main.ts:3:16"),
         "{r}"
     );
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "hover", "path": "src/main.ts", "line": 3, "character": 7}),
+    );
+    assert!(r.contains("sq") && r.contains("Square"), "{r}");
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "documentSymbol", "path": "src/shape.ts"}),
+    );
+    for want in [
+        "interface Shape (line 1-3)",
+        "class Square (line 5-10)",
+        "method area (line 7-9)",
+    ] {
+        assert!(r.contains(want), "{want} in {r}");
+    }
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "incomingCalls", "path": "src/shape.ts", "line": 7, "character": 3}),
+    );
+    assert!(
+        r.contains("report") && r.contains("call at src/main.ts:7:12"),
+        "{r}"
+    );
+    let r = m.ok(
+        "lsp",
+        json!({"operation": "outgoingCalls", "path": "src/main.ts", "line": 6, "character": 17}),
+    );
+    assert!(r.contains("area") && r.contains("src/shape.ts:7:3"), "{r}");
     m.ok("read_file", json!({"path": "src/main.ts"}));
     let r = m.ok(
         "edit_file",
@@ -453,4 +482,259 @@ fn codex_apply_patch_and_undo_report_their_diagnostics() {
     assert!(r.contains("return n.upper()"), "the line's text: {r}");
     let r = m.ok("undo", json!({}));
     assert!(r.contains("resolved") && r.contains("calc.py:2"), "{r}");
+}
+
+#[test]
+fn outline_without_a_server_comes_from_the_grammars_and_ranks_a_directory() {
+    // No server for Python (the catalog turns it off), none for Go or C anywhere in CI.
+    let catalog = "[lsp.python]\ncommand = []\n[lsp.go]\ncommand = []\n[lsp.c]\ncommand = []\n";
+    let files = [
+        (
+            "app/models.py",
+            "class User:\n    def __init__(self, name: str) -> None:\n        self.name = name\n\n    def greet(self) -> str:\n        return f\"hi {self.name}\"\n\n\ndef make_user(name: str) -> User:\n    return User(name)\n",
+        ),
+        (
+            "app/views.py",
+            "from models import User, make_user\n\n\ndef show(u: User) -> str:\n    return u.greet()\n\n\nshow(make_user(\"a\"))\nshow(User(\"b\"))\n",
+        ),
+        (
+            "tool/main.go",
+            "package main\n\ntype Point struct {\n\tX int\n}\n\nfunc (p Point) Len() int {\n\treturn p.X\n}\n\nfunc main() {\n\tprintln(Point{X: 1}.Len())\n}\n",
+        ),
+    ];
+    let mut m = Mcp::start(&files, Some(catalog), &[]);
+    let r = m.ok("outline", json!({"path": "app/models.py"}));
+    assert_eq!(
+        r,
+        "class User (line 1-6)  class User\n  method __init__ (line 2-3)  def __init__(self, name: str) -> None\n  method greet (line 5-6)  def greet(self) -> str\nfunction make_user (line 9-10)  def make_user(name: str) -> User"
+    );
+    let r = m.ok("outline", json!({"path": "tool/main.go"}));
+    assert_eq!(
+        r,
+        "struct Point (line 3-5)  type Point struct\nmethod Len (line 7-9)  func (p Point) Len() int\nfunction main (line 11-13)  func main()"
+    );
+    // The directory: User occurs 5 times besides its definition (views.py: import, annotation,
+    // call; models.py: the return type and the call), make_user twice, show twice.
+    let r = m.ok("outline", json!({"path": "app"}));
+    let lines: Vec<&str> = r.lines().collect();
+    assert!(
+        lines[0]
+            .starts_with("app: 3 top-level symbols in 2 file(s) (python), most referenced first"),
+        "{r}"
+    );
+    assert_eq!(
+        lines[1], "class User  app/models.py:1-6  (5 refs)  class User",
+        "{r}"
+    );
+    assert!(lines[2..].iter().all(|l| !l.contains("User ")), "{r}");
+    std::fs::write(m.path("README.md"), "# app\n").unwrap();
+    let (r, err) = m.call("outline", json!({"path": "README.md"}));
+    assert!(err && r.contains("no grammar for it"), "{r}");
+    let (r, err) = m.call("outline", json!({"path": "nope.py"}));
+    assert!(err && r.contains("does not exist"), "{r}");
+}
+
+#[test]
+fn a_command_that_breaks_a_file_no_server_had_open_reports_it_and_diagnostics_agrees() {
+    if !on_path("pyright-langserver") {
+        eprintln!("SKIPPED: pyright-langserver is not on PATH (scripts/test.sh installs it)");
+        return;
+    }
+    let files = [
+        ("ok.py", "x: int = 1\n"),
+        ("calc.py", "def half(n: int) -> float:\n    return n / 2\n"),
+    ];
+    let mut m = Mcp::start(&files, Some(WAIT), &[]);
+    // The server runs (another file was read and checked); calc.py was never opened.
+    m.ok("read_file", json!({"path": "ok.py"}));
+    let r = m.ok("diagnostics", json!({"path": "ok.py"}));
+    assert!(r.contains("ok.py: no problems"), "{r}");
+    let r = m.ok(
+        "run_command",
+        json!({"command": "sed -i 's|n / 2|n.upper()|' calc.py"}),
+    );
+    assert!(
+        r.contains("calc.py:2:") && r.contains("error") && r.contains("return n.upper()"),
+        "the command's own result has the problem, its line and text: {r}"
+    );
+    assert!(
+        !r.contains("ok.py"),
+        "an unchanged file is not reported: {r}"
+    );
+    let r = m.ok("diagnostics", json!({"path": "calc.py"}));
+    assert!(r.contains("calc.py:2:") && r.contains("upper"), "{r}");
+    let r = m.ok("diagnostics", json!({}));
+    assert!(r.contains("calc.py:2:"), "the workspace's problems: {r}");
+    // A command that changes nothing waits for no server and says nothing of diagnostics.
+    let r = m.ok("run_command", json!({"command": "true"}));
+    assert!(!r.contains("diagnostics:"), "{r}");
+    // The fix through a command: resolved.
+    let r = m.ok(
+        "run_command",
+        json!({"command": "sed -i 's|n.upper()|n / 2|' calc.py"}),
+    );
+    assert!(r.contains("resolved 1 problem(s): calc.py:2"), "{r}");
+}
+
+#[test]
+fn a_c_edit_that_breaks_the_file_returns_clangds_error_never_a_clean_result_before() {
+    if !on_path("clangd") {
+        eprintln!("SKIPPED: clangd is not on PATH (scripts/test.sh installs it from Debian)");
+        return;
+    }
+    // A short bound: clangd cold may not answer within it. The edit's result then says it is
+    // still checking (never "no problems"), and diagnostics is asked until clangd answers.
+    let src = "int twice(int x) {\n    return x * 2;\n}\n";
+    let mut m = Mcp::start(&[("m.c", src)], Some("[lsp]\nwait_ms = 2000\n"), &[]);
+    m.ok("read_file", json!({"path": "m.c"}));
+    let mut r = m.ok(
+        "edit_file",
+        json!({"path": "m.c", "old_string": "return x * 2;", "new_string": "return y * 2;"}),
+    );
+    assert!(!r.contains("no problems"), "{r}");
+    let mut asked = 0;
+    while r.contains("still checking") && asked < 300 {
+        r = m.ok("diagnostics", json!({"path": "m.c"}));
+        assert!(!r.contains("no problems"), "{r}");
+        asked += 1;
+    }
+    assert!(
+        r.contains("m.c:2:12")
+            && r.contains("undeclared identifier")
+            && r.contains("return y * 2;"),
+        "clangd's error with its line and text (after {asked} diagnostics calls): {r}"
+    );
+    let r = m.ok(
+        "edit_file",
+        json!({"path": "m.c", "old_string": "return y * 2;", "new_string": "return x * 2;"}),
+    );
+    assert!(
+        r.contains("resolved 1 problem(s): m.c:2") || r.contains("still checking"),
+        "{r}"
+    );
+}
+
+/// The guards of issue 23 in two dialects each, through the binary: the omission guard and
+/// the repeated-failure note in loopr (edit_file) and claude-code (Edit) or codex
+/// (apply_patch), and "already applied", which only codex's apply_patch has.
+#[test]
+fn the_guards_refuse_placeholders_note_repeats_and_say_already_applied() {
+    let src = "def f():\n    x = 1\n    y = 2\n    return x + y\n";
+    let placeholder = |m: &mut Mcp, tool: &str, args: Value| {
+        let (r, err) = m.call(tool, args);
+        assert!(err, "{tool}: {r}");
+        assert!(
+            r.contains("line 2") && r.contains("omission placeholder"),
+            "{tool} names the line: {r}"
+        );
+        assert_eq!(std::fs::read_to_string(m.path("a.py")).unwrap(), src);
+    };
+    let mut m = Mcp::start(&[("a.py", src)], None, &[]);
+    m.ok("read_file", json!({"path": "a.py"}));
+    placeholder(
+        &mut m,
+        "edit_file",
+        json!({"path": "a.py", "old_string": "    x = 1\n    y = 2\n", "new_string": "    # existing code here\n"}),
+    );
+    let bad = json!({"path": "a.py", "old_string": "z = 3", "new_string": "z = 4"});
+    for n in 1..=3 {
+        let (r, err) = m.call("edit_file", bad.clone());
+        assert!(err, "{r}");
+        assert_eq!(
+            r.contains("has now failed 3 times"),
+            n == 3,
+            "call {n}: {r}"
+        );
+    }
+
+    let mut m = Mcp::start(&[("a.py", src)], None, &["--dialect", "claude-code"]);
+    let path = m.path("a.py").to_string_lossy().into_owned();
+    m.ok("Read", json!({"file_path": path}));
+    placeholder(
+        &mut m,
+        "Edit",
+        json!({"file_path": path, "old_string": "    x = 1\n    y = 2\n", "new_string": "    # ... rest of code unchanged\n"}),
+    );
+
+    let mut m = Mcp::start(&[("a.py", src)], None, &["--dialect", "codex"]);
+    let patch = "*** Begin Patch\n*** Update File: a.py\n@@\n-    y = 2\n+    y = 3\n*** End Patch";
+    m.ok("apply_patch", json!({"input": patch}));
+    let (r, err) = m.call("apply_patch", json!({"input": patch}));
+    assert!(err && r.contains("already applied to a.py"), "{r}");
+    let stale = "*** Begin Patch\n*** Update File: a.py\n@@\n-    w = 9\n+    w = 8\n*** End Patch";
+    for n in 1..=3 {
+        let (r, err) = m.call("apply_patch", json!({"input": stale}));
+        assert!(err, "{r}");
+        assert_eq!(
+            r.contains("has now failed 3 times"),
+            n == 3,
+            "call {n}: {r}"
+        );
+    }
+}
+
+#[test]
+fn a_build_script_run_by_the_rust_check_cannot_reach_the_network_ssh_keys_or_outside() {
+    if !on_path("cargo") || !sandbox_works() {
+        eprintln!("SKIPPED: cargo is not on PATH, or the no-net sandbox cannot be applied here");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let outside = t.path().join("outside.txt");
+    let toml = "[package]\nname = \"t\"\nversion = \"0.1.0\"\nedition = \"2021\"\nbuild = \"build.rs\"\n[workspace]\n";
+    // The build script tries, and writes what happened into the workspace.
+    let build = format!(
+        r#"fn main() {{
+    let mut out = String::new();
+    let addr = "1.1.1.1:80".parse().unwrap();
+    out += match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(3)) {{
+        Ok(_) => "NET-OPEN\n",
+        Err(_) => "net-refused\n",
+    }};
+    let home = std::env::var("TEST_HOME").unwrap_or_default();
+    out += match std::fs::read_to_string(format!("{{home}}/.ssh/id_ed25519")) {{
+        Ok(_) => "SSH-READ\n",
+        Err(_) => "ssh-refused\n",
+    }};
+    out += match std::fs::write({outside:?}, "x") {{
+        Ok(_) => "OUTSIDE-WRITTEN\n",
+        Err(_) => "outside-refused\n",
+    }};
+    std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/report.txt"), out).unwrap();
+    println!("cargo:rerun-if-changed=build.rs");
+}}
+"#
+    );
+    let catalog = "[lsp]\nwait_ms = 120000\n[lsp.rust]\ncommand = []\n";
+    let mut m = Mcp::start(
+        &[
+            ("Cargo.toml", toml),
+            ("build.rs", &build),
+            ("src/lib.rs", "pub fn f() -> u32 {\n    1\n}\n"),
+        ],
+        Some(catalog),
+        &[],
+    );
+    let home = m.ws.parent().unwrap().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), "SECRET KEY\n").unwrap();
+    // The script reads the key by its real path, wherever the sandbox puts HOME.
+    let script = std::fs::read_to_string(m.path("build.rs"))
+        .unwrap()
+        .replace(
+            "std::env::var(\"TEST_HOME\").unwrap_or_default()",
+            &format!("{:?}.to_string()", home.to_str().unwrap()),
+        );
+    std::fs::write(m.path("build.rs"), script).unwrap();
+    m.ok("read_file", json!({"path": "src/lib.rs"}));
+    let r = m.ok(
+        "edit_file",
+        json!({"path": "src/lib.rs", "old_string": "    1\n", "new_string": "    2\n"}),
+    );
+    assert!(r.contains("src/lib.rs"), "the check ran: {r}");
+    let text = std::fs::read_to_string(m.path("report.txt")).unwrap_or_default();
+    assert!(text.contains("net-refused"), "{text} / {r}");
+    assert!(text.contains("ssh-refused"), "{text}");
+    assert!(text.contains("outside-refused"), "{text}");
+    assert!(!outside.exists());
 }

@@ -222,8 +222,8 @@ fn file_tools_and_commands_act_on_the_runner_s_directory_and_the_journal_keeps_t
         .collect();
     assert_eq!(states.len(), 1, "{states:?}");
     let state = toolyard_workspace::StateDir::at(&states[0], &e.server_ws).unwrap();
-    let journal = toolyard_workspace::Journal::open(&state).unwrap();
-    let id = toolyard_workspace::ChangeId(edit["id"].as_i64().unwrap());
+    let journal = toolyard_records::Journal::open(&state).unwrap();
+    let id = toolyard_records::ChangeId(edit["id"].as_i64().unwrap());
     let mut old = String::new();
     std::io::Read::read_to_string(&mut journal.old_content(id).unwrap().unwrap(), &mut old)
         .unwrap();
@@ -233,7 +233,7 @@ fn file_tools_and_commands_act_on_the_runner_s_directory_and_the_journal_keeps_t
 }
 
 /// The server's journal, opened beside the CLI (the state dir exists once a call ran).
-fn server_journal(e: &Env) -> toolyard_workspace::Journal {
+fn server_journal(e: &Env) -> toolyard_records::Journal {
     let states: Vec<PathBuf> = std::fs::read_dir(e.server_state.join("workspaces"))
         .unwrap()
         .flatten()
@@ -241,7 +241,7 @@ fn server_journal(e: &Env) -> toolyard_workspace::Journal {
         .collect();
     assert_eq!(states.len(), 1, "{states:?}");
     let state = toolyard_workspace::StateDir::at(&states[0], &e.server_ws).unwrap();
-    toolyard_workspace::Journal::open(&state).unwrap()
+    toolyard_records::Journal::open(&state).unwrap()
 }
 
 /// `toolyard log --json` as a list of changes.
@@ -395,9 +395,7 @@ fn a_patch_on_a_remote_runner_is_one_journal_group_that_undo_and_redo_revert_tog
     let mut old = String::new();
     std::io::Read::read_to_string(
         &mut journal
-            .old_content(toolyard_workspace::ChangeId(
-                removal["id"].as_i64().unwrap(),
-            ))
+            .old_content(toolyard_records::ChangeId(removal["id"].as_i64().unwrap()))
             .unwrap()
             .unwrap(),
         &mut old,
@@ -468,7 +466,7 @@ fn a_patch_that_fails_part_way_on_a_remote_runner_puts_back_what_it_changed() {
     // A (sparse) file over the most a remote change ships to the journal: its removal is
     // refused after the update landed, so the runner asks the server to roll that back.
     let big = e.runner_ws.join("big.bin");
-    let over = toolyard_tools::remote::MAX_REMOTE_FILE_BYTES + 1;
+    let over = toolyard_records::MAX_REMOTE_FILE_BYTES + 1;
     std::fs::File::create(&big).unwrap().set_len(over).unwrap();
     let v = patch(
         &e,
@@ -544,7 +542,7 @@ fn pending_entries_are_settled_from_the_runner_s_hashes_and_log_leaves_the_serve
     let a = toolyard_workspace::RelPath::from_normalized("a.txt");
     let pending = |session: &str, new: &[u8]| {
         let hash = toolyard_workspace::hash_bytes(new);
-        let change = toolyard_workspace::NewChange {
+        let change = toolyard_records::NewChange {
             session,
             call_id: "crafted",
             tool: "write_file",
@@ -552,7 +550,7 @@ fn pending_entries_are_settled_from_the_runner_s_hashes_and_log_leaves_the_serve
             new_hash: &hash,
             group: None,
         };
-        let pre = toolyard_workspace::PreImage {
+        let pre = toolyard_records::PreImage {
             content: Some(b"before\n"),
             mode: Some(0o644),
         };
@@ -578,7 +576,7 @@ fn pending_entries_are_settled_from_the_runner_s_hashes_and_log_leaves_the_serve
     };
 
     // `toolyard log` with the remote catalog settles nothing against the server's disk.
-    let status = |id: toolyard_workspace::ChangeId| {
+    let status = |id: toolyard_records::ChangeId| {
         log(&e)
             .into_iter()
             .find(|c| c["id"] == id.0)

@@ -5,8 +5,8 @@
 //! makes a network namespace with only a loopback (a forked child unshares it, brings `lo` up,
 //! binds `127.0.0.1:<port>` there and hands both descriptors back), and forwards every
 //! connection to that port to the gate's socket: a pathname socket, reachable from any
-//! network namespace. Each command enters the namespace before it execs
-//! ([`enter_command_net`]); the runner itself stays in the host's (`web_fetch` has its own
+//! network namespace. Each command enters the namespace before it execs (the command domain's
+//! `enter_command_net`); the runner itself stays in the host's (`web_fetch` has its own
 //! guard). Commands get `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` (socks5h: names resolved by
 //! the gate) and what npm, pip and yarn read ([`command_env`]).
 //!
@@ -29,6 +29,7 @@ use seccompiler::{
 use toolyard_core::Lane;
 
 use super::{FeatureStatus, SandboxReport, net};
+use crate::domain;
 
 mod ports;
 
@@ -45,12 +46,6 @@ pub struct Egress {
 }
 
 static EGRESS: OnceLock<Egress> = OnceLock::new();
-/// The commands' network namespace.
-static NETNS: OnceLock<OwnedFd> = OnceLock::new();
-/// The fallback's Landlock ruleset (TCP connect to the forwarder's port only).
-static NET_LAYER: OnceLock<OwnedFd> = OnceLock::new();
-/// The fallback's seccomp filter (stream sockets only), as the kernel takes it.
-static NET_FILTER: OnceLock<BpfProgram> = OnceLock::new();
 /// The variables every command gets.
 static COMMAND_ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
 
@@ -91,7 +86,7 @@ pub(crate) fn isolate(lane: Lane, report: &mut SandboxReport) {
     };
     let (listener, namespace, how) = match attempt {
         Ok((ns, listener)) => {
-            let _ = NETNS.set(ns);
+            domain::set_netns(ns);
             (
                 listener,
                 true,
@@ -103,8 +98,7 @@ pub(crate) fn isolate(lane: Lane, report: &mut SandboxReport) {
         }
         Err(ns_error) => match fallback() {
             Ok((listener, layer, filter)) => {
-                let _ = NET_LAYER.set(layer);
-                let _ = NET_FILTER.set(filter);
+                domain::set_net_fallback(layer, filter);
                 (
                     listener,
                     false,
@@ -141,7 +135,7 @@ pub(crate) fn isolate(lane: Lane, report: &mut SandboxReport) {
             return;
         }
     };
-    let netns = NETNS.get().map(|fd| fd.as_raw_fd());
+    let netns = domain::netns();
     if let Err(e) = spawn_forwarder(listener, socket, netns) {
         report.add(
             "egress-gate",
@@ -196,43 +190,6 @@ fn proxy_env(port: u16) -> Vec<(String, String)> {
         }
     }
     vars
-}
-
-/// Enter the commands' network rules: the namespace, or the fallback's Landlock and seccomp
-/// layers.
-///
-/// # Safety
-/// Async-signal-safe (raw syscalls only): call between fork and exec, before capabilities are
-/// dropped (entering a namespace needs CAP_SYS_ADMIN in the runner's user namespace).
-pub(crate) unsafe fn enter_command_net() -> io::Result<()> {
-    // SAFETY: raw syscalls on descriptors and a program prepared before the fork.
-    unsafe {
-        if let Some(ns) = NETNS.get()
-            && libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        if let Some(layer) = NET_LAYER.get()
-            && libc::syscall(libc::SYS_landlock_restrict_self, layer.as_raw_fd(), 0) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        if let Some(prog) = NET_FILTER.get() {
-            let fprog = libc::sock_fprog {
-                len: prog.len() as libc::c_ushort,
-                filter: prog.as_ptr() as *mut libc::sock_filter,
-            };
-            if libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &fprog as *const libc::sock_fprog,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A new network namespace with its loopback up, and a listener on its 127.0.0.1: made by a
@@ -474,74 +431,79 @@ async fn forward(listener: std::net::TcpListener, socket: PathBuf) {
     }
 }
 
+/// Run `f` on a message of one data byte whose control buffer has room for `count`
+/// descriptors (SCM_RIGHTS): what both ends of a descriptor hand-over build.
+fn with_fd_message<T>(
+    count: usize,
+    f: impl FnOnce(&mut libc::msghdr) -> io::Result<T>,
+) -> io::Result<T> {
+    let size = count * std::mem::size_of::<RawFd>();
+    // SAFETY: CMSG_SPACE only computes a size.
+    let mut cbuf = vec![0u8; unsafe { libc::CMSG_SPACE(size as u32) } as usize];
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: msghdr is plain data, and all zeroes is an empty one.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = cbuf.len() as _;
+    // The message points at `iov`, `byte` and `cbuf`, all alive until `f` returns.
+    f(&mut msg)
+}
+
 /// Send `fds` over the unix socket `sock` (SCM_RIGHTS).
 fn send_fds(sock: RawFd, fds: &[RawFd]) -> io::Result<()> {
     let size = std::mem::size_of_val(fds);
-    // SAFETY: CMSG macros over a buffer sized by CMSG_SPACE; the message points at live data.
-    unsafe {
-        let mut cbuf = vec![0u8; libc::CMSG_SPACE(size as u32) as usize];
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = cbuf.len() as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(size as u32) as _;
-        std::ptr::copy_nonoverlapping(
-            fds.as_ptr(),
-            libc::CMSG_DATA(cmsg).cast::<RawFd>(),
-            fds.len(),
-        );
-        if libc::sendmsg(sock, &msg, 0) < 0 {
-            return Err(io::Error::last_os_error());
+    with_fd_message(fds.len(), |msg| {
+        // SAFETY: CMSG macros over a buffer sized by CMSG_SPACE; the message points at live data.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size as u32) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+                fds.len(),
+            );
+            if libc::sendmsg(sock, msg, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Receive up to two descriptors sent by [`send_fds`].
 fn recv_fds(sock: RawFd) -> io::Result<Vec<RawFd>> {
     const MAX: usize = 2;
-    let size = MAX * std::mem::size_of::<RawFd>();
-    // SAFETY: as in send_fds; the kernel writes at most msg_controllen bytes.
-    unsafe {
-        let mut cbuf = vec![0u8; libc::CMSG_SPACE(size as u32) as usize];
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = cbuf.len() as _;
-        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut fds = Vec::new();
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
-                    / std::mem::size_of::<RawFd>();
-                for i in 0..count.min(MAX) {
-                    fds.push(std::ptr::read_unaligned(data.add(i)));
-                }
+    with_fd_message(MAX, |msg| {
+        // SAFETY: as in send_fds; the kernel writes at most msg_controllen bytes.
+        unsafe {
+            let n = libc::recvmsg(sock, msg, libc::MSG_CMSG_CLOEXEC);
+            if n < 0 {
+                return Err(io::Error::last_os_error());
             }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            let mut fds = Vec::new();
+            let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                    let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                        / std::mem::size_of::<RawFd>();
+                    for i in 0..count.min(MAX) {
+                        fds.push(std::ptr::read_unaligned(data.add(i)));
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+            }
+            Ok(fds)
         }
-        Ok(fds)
-    }
+    })
 }
 
 /// How the net lanes reach the network here, judged from a [`super::probe`], for `doctor`.

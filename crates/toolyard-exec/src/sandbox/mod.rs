@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toolyard_core::Lane;
 
+use crate::domain;
 use crate::tree::IdMaps;
 pub use report::{FeatureReport, FeatureStatus, SandboxReport};
 
@@ -244,12 +245,6 @@ pub enum SandboxError {
     Seccomp(String),
 }
 
-/// Past the highest capability any kernel defines (`CAP_LAST_CAP` is 40 in Linux 6.x); dropping
-/// one the kernel does not know fails harmlessly with EINVAL.
-const CAP_BOUND: libc::c_ulong = 64;
-/// `_LINUX_CAPABILITY_VERSION_3` of `<linux/capability.h>`.
-const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
 /// Make this process non-dumpable: its `/proc/<pid>` files (environment, memory, maps,
 /// descriptors) then belong to root and need CAP_SYS_PTRACE, which sandboxed commands lack.
 pub fn make_non_dumpable() {
@@ -262,92 +257,6 @@ pub fn make_non_dumpable() {
 /// The protected paths this process holds read-only (none outside a sandboxed runner).
 pub fn held_read_only() -> &'static [PathBuf] {
     explain::rules().map_or(&[], |r| r.protected.as_slice())
-}
-
-/// The nested Landlock ruleset each command enters (see `fs::command_layer`), once applied.
-static COMMAND_LAYER: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
-
-/// The descriptor of the ruleset a command must enter before it execs, or -1 when this process
-/// is not sandboxed (inline mode).
-pub(crate) fn command_layer_fd() -> libc::c_int {
-    use std::os::fd::AsRawFd;
-    COMMAND_LAYER.get().map_or(-1, |fd| fd.as_raw_fd())
-}
-
-/// Enter the command's own Landlock domain, drop every capability for good, and close every
-/// descriptor above 2 on exec.
-///
-/// # Safety
-/// Async-signal-safe (raw syscalls only): call between fork and exec.
-pub(crate) unsafe fn enter_command_domain(layer: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: raw syscalls on plain integers.
-    unsafe {
-        // The net lanes' gate (a namespace, or Landlock and seccomp network rules) first:
-        // entering a namespace needs the capabilities dropped below.
-        egress::enter_command_net()?;
-        if layer >= 0 {
-            if libc::syscall(libc::SYS_landlock_restrict_self, layer, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            drop_capabilities();
-        }
-        // Nothing but 0, 1 and 2 crosses into the command, whatever a library left open.
-        libc::syscall(
-            libc::SYS_close_range,
-            3,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        );
-    }
-    Ok(())
-}
-
-/// Drop every capability from the bounding, ambient, effective, permitted and inheritable
-/// sets, so a command of a root runner is root without powers: no device nodes (CAP_MKNOD), no
-/// network or mount reconfiguration (CAP_NET_ADMIN, CAP_SYS_ADMIN), no ptrace of the runner or
-/// server (CAP_SYS_PTRACE), no file-permission override; and an exec (of a setuid binary or
-/// as uid 0) gains none back, the bounding set being empty. Without CAP_SETPCAP (any
-/// unprivileged runner) there is nothing to drop and the calls fail harmlessly.
-///
-/// # Safety
-/// Async-signal-safe (raw syscalls only): call between fork and exec.
-unsafe fn drop_capabilities() {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    // SAFETY: prctl and capset on plain integers and local structs.
-    unsafe {
-        // The bounding set first: dropping from it needs CAP_SETPCAP, which capset then clears.
-        for cap in 0..CAP_BOUND {
-            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
-        }
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
-        let header = Header {
-            version: CAPABILITY_VERSION_3,
-            pid: 0,
-        };
-        let data = [Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        }; 2];
-        libc::syscall(libc::SYS_capset, &header, data.as_ptr());
-    }
 }
 
 /// Apply `policy` to this process and everything it starts later. Call it once, in `main`,
@@ -370,9 +279,63 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
     let temp_dir = existing_dir(&policy.temp_dir)?;
 
     // Namespaces first: unshare(CLONE_NEWUSER) needs the process as it starts.
+    let netns = namespaces(policy.lane, &mut report);
+
+    // In the namespaces above (a user namespace gives the right to mount), before Landlock.
+    let held = hold_protected(policy, &mut report);
+
+    if policy.lane == Lane::Heavy {
+        limits::apply_rlimits(&policy.limits, &mut report);
+        limits::apply_cgroup(&policy.limits, &mut report);
+    }
+
+    // Decide how commands' trees are killed while the cgroup tree is still writable.
+    let runner_only = runner_only_paths(policy, &mut report)?;
+    // What commands may write; the runner also writes its cgroup tree and `runner_write`.
+    let mut writable = vec![workspace, temp_dir.clone()];
+    for extra in &policy.config.extra_write {
+        let path = expand_home(extra, home.as_deref());
+        match path.canonicalize() {
+            Ok(p) => writable.push(p),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "extra_write path skipped")
+            }
+        }
+    }
+    let denied = denied_paths(&policy.config, home.as_deref());
+
+    environment(
+        policy,
+        &temp_dir,
+        home.as_deref(),
+        &mut writable,
+        &mut report,
+    );
+
+    let state_tree = landlock(policy, &writable, &runner_only, &denied, &mut report)?;
+
+    let offline = no_net_filter(policy, netns, &mut report)?;
+    // After Landlock: the forwarder thread this starts runs in the runner's domain.
+    egress::isolate(policy.lane, &mut report);
+    explain::record(explain::LaneRules {
+        lane: policy.lane,
+        writable,
+        denied,
+        protected: held,
+        offline,
+        state: state_tree,
+    });
+    tracing::info!(lane = %policy.lane, "sandbox applied\n{report}");
+    Ok(report)
+}
+
+/// The namespaces: for `no-net` a network namespace of its own (inside a new user namespace
+/// when unprivileged), else a user namespace for per-command PID namespaces. Whether the
+/// network namespace was made.
+fn namespaces(lane: Lane, report: &mut SandboxReport) -> bool {
     let privileged = net::is_privileged();
     let mut netns = false;
-    if policy.lane == Lane::NoNet {
+    if lane == Lane::NoNet {
         let maps = (!privileged).then(IdMaps::current);
         let attempt = if std::env::var(SKIP_NETNS_ENV).is_ok_and(|v| v == "1") {
             Err(std::io::Error::other(format!(
@@ -427,8 +390,11 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
             "network allowed",
         );
     }
+    netns
+}
 
-    // In the namespaces above (a user namespace gives the right to mount), before Landlock.
+/// Hold the protected paths read-only in the runner's own mount namespace; the paths held.
+fn hold_protected(policy: &LanePolicy, report: &mut SandboxReport) -> Vec<PathBuf> {
     let mut held = Vec::new();
     if !policy.read_only.is_empty() {
         match hold::hold_read_only(&policy.read_only, &policy.keep_writable) {
@@ -454,16 +420,16 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
             ),
         }
     }
+    held
+}
 
-    if policy.lane == Lane::Heavy {
-        limits::apply_rlimits(&policy.limits, &mut report);
-        limits::apply_cgroup(&policy.limits, &mut report);
-    }
-
-    // Decide how commands' trees are killed while the cgroup tree is still writable.
+/// The tree-kill mechanism, decided while the cgroup tree is still writable, and what only
+/// the runner writes: its cgroup tree and `runner_write`.
+fn runner_only_paths(
+    policy: &LanePolicy,
+    report: &mut SandboxReport,
+) -> Result<Vec<PathBuf>, SandboxError> {
     let mechanism = crate::tree::mechanism();
-    // What commands may write; the runner also writes its cgroup tree and `runner_write`.
-    let mut writable = vec![workspace, temp_dir.clone()];
     let mut runner_only = Vec::new();
     if let crate::tree::Mechanism::Cgroup(dir) = mechanism {
         runner_only.push(dir.clone());
@@ -486,27 +452,28 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
             mechanism_note(mechanism)
         ),
     );
-    for extra in &policy.config.extra_write {
-        let path = expand_home(extra, home.as_deref());
-        match path.canonicalize() {
-            Ok(p) => writable.push(p),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "extra_write path skipped")
-            }
-        }
-    }
-    let denied = denied_paths(&policy.config, home.as_deref());
+    Ok(runner_only)
+}
 
-    // SAFETY: checked above that this process is single-threaded, so nothing reads the
+/// The commands' environment: their temp dir, and private homes for build tools' caches
+/// (made writable). Called only from `apply`, single-threaded.
+fn environment(
+    policy: &LanePolicy,
+    temp_dir: &Path,
+    home: Option<&Path>,
+    writable: &mut Vec<PathBuf>,
+    report: &mut SandboxReport,
+) {
+    // SAFETY: `apply` checked that this process is single-threaded, so nothing reads the
     // environment concurrently.
     unsafe {
         for var in ["TMPDIR", "TMP", "TEMP"] {
-            std::env::set_var(var, &temp_dir);
+            std::env::set_var(var, temp_dir);
         }
     }
     match policy.cache_dir.as_ref() {
         Some(caches) if policy.config.private_caches != Some(false) => {
-            let vars = homes::prepare(caches, home.as_deref());
+            let vars = homes::prepare(caches, home);
             // SAFETY: single-threaded, as above.
             unsafe {
                 for (var, path) in &vars {
@@ -540,8 +507,18 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
             "build tools keep the user's homes, read-only ([sandbox] private_caches = false)",
         ),
     }
+}
 
-    let mut command_denied = denied.clone();
+/// Landlock for the runner and the nested domain for its commands, then no_new_privs; the
+/// state directory commands cannot reach, if any.
+fn landlock(
+    policy: &LanePolicy,
+    writable: &[PathBuf],
+    runner_only: &[PathBuf],
+    denied: &[PathBuf],
+    report: &mut SandboxReport,
+) -> Result<Option<PathBuf>, SandboxError> {
+    let mut command_denied = denied.to_vec();
     let state_tree = policy.state_dir.as_deref().map(existing_dir).transpose()?;
     command_denied.extend(state_tree.clone());
     let command_readable: Vec<PathBuf> = policy
@@ -549,13 +526,13 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
         .iter()
         .filter_map(|p| p.canonicalize().ok())
         .collect();
-    let command_layer = fs::command_layer(&writable, &command_denied, &command_readable);
-    let runner_writable: Vec<PathBuf> = writable.iter().chain(&runner_only).cloned().collect();
-    let fs = fs::restrict(&runner_writable, &denied)?;
+    let command_layer = fs::command_layer(writable, &command_denied, &command_readable);
+    let runner_writable: Vec<PathBuf> = writable.iter().chain(runner_only).cloned().collect();
+    let fs = fs::restrict(&runner_writable, denied)?;
     report.add("landlock-fs", fs.status, fs.detail);
     match command_layer {
         Some(layer) if fs.status != FeatureStatus::NotEnforced => {
-            let _ = COMMAND_LAYER.set(layer);
+            domain::set_command_layer(layer);
             report.add(
                 "command-domain",
                 FeatureStatus::Enforced,
@@ -603,7 +580,16 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
         },
         "setuid binaries and file capabilities grant nothing",
     );
+    Ok(state_tree)
+}
 
+/// For `no-net` without a network namespace, the seccomp socket filter (or a refusal to
+/// start, unless unsandboxed no-net is allowed). Whether the lane is offline.
+fn no_net_filter(
+    policy: &LanePolicy,
+    netns: bool,
+    report: &mut SandboxReport,
+) -> Result<bool, SandboxError> {
     let mut offline = netns;
     if policy.lane == Lane::NoNet {
         if netns {
@@ -641,18 +627,7 @@ pub fn apply(policy: &LanePolicy) -> Result<SandboxReport, SandboxError> {
             }
         }
     }
-    // After Landlock: the forwarder thread this starts runs in the runner's domain.
-    egress::isolate(policy.lane, &mut report);
-    explain::record(explain::LaneRules {
-        lane: policy.lane,
-        writable,
-        denied,
-        protected: held,
-        offline,
-        state: state_tree,
-    });
-    tracing::info!(lane = %policy.lane, "sandbox applied\n{report}");
-    Ok(report)
+    Ok(offline)
 }
 
 /// How `no-net` isolates here, judged from a [`probe`]: the network namespace, else the

@@ -7,31 +7,61 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{
+    Annotations, Engine, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+};
 use toolyard_lsp::Manager;
 use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use crate::ToolEnv;
 
-/// The engine tools of this module, for the dialects that share them.
-pub const ENGINES: &[&str] = &["diagnostics", "lsp", "rename_symbol", "outline"];
+/// The engine tools of this module, for the dialects that share them: those the [`Engine`]
+/// table says ask the language servers.
+pub const ENGINES: &[&str] = &LANGUAGE_ENGINES;
+
+const fn language_engine_count() -> usize {
+    let (mut i, mut n) = (0, 0);
+    while i < Engine::BUILTIN.len() {
+        if Engine::BUILTIN[i].asks_language_servers() {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+const LANGUAGE_ENGINES: [&str; language_engine_count()] = {
+    let mut out = [""; language_engine_count()];
+    let (mut i, mut n) = (0, 0);
+    while i < Engine::BUILTIN.len() {
+        let e = Engine::BUILTIN[i];
+        if e.asks_language_servers() {
+            out[n] = e.name();
+            n += 1;
+        }
+        i += 1;
+    }
+    out
+};
+
+/// The engine a call ran under, by its name (`custom` for a catalog command tool).
+fn engine_named(name: &str) -> Option<Engine> {
+    match name {
+        "custom" => Some(Engine::Custom),
+        _ => Engine::builtin(name),
+    }
+}
+
+/// Whether calls of `engine` run commands (their changed files, and open documents changed on
+/// disk, are sent to the servers after them).
+fn runs_commands(engine: &str) -> bool {
+    engine_named(engine).is_some_and(Engine::runs_commands)
+}
 
 /// Locations listed per answer; the rest are counted.
 const MAX_LOCATIONS: usize = 50;
 /// Characters of an outline of a directory.
 const OUTLINE_BUDGET: usize = 12_000;
-
-/// Engine tools whose success means files were read (their servers hear of them, no wait).
-const READS: &[&str] = &["read_file"];
-/// Engine tools that run commands: open documents changed on disk are re-sent after them.
-const COMMANDS: &[&str] = &[
-    "run_command",
-    "run_command_isolated",
-    "shell",
-    "build",
-    "test",
-    "validate",
-];
 
 /// The tools of this module.
 pub fn tools(env: Arc<ToolEnv>) -> Vec<Arc<dyn Tool>> {
@@ -53,8 +83,9 @@ pub fn claude_code_tool(env: Arc<ToolEnv>) -> Arc<dyn Tool> {
 
 /// After a call of `engine` (in the server process): a read opens its file with its server in
 /// the background; a change waits (up to `[lsp] wait_ms`) for the diagnostics of the files it
-/// changed and appends what the change did to `result`; a command re-sends the open documents
-/// it changed on disk. Other calls do nothing. Blocks: call it on a thread that may block.
+/// changed and appends what the change did to `result`; a command's changed files (its result
+/// names them) and the open documents changed on disk are sent the same way. Other calls do
+/// nothing. Blocks: call it on a thread that may block.
 pub fn after_call(
     env: &ToolEnv,
     engine: &str,
@@ -66,17 +97,24 @@ pub fn after_call(
     if !result.success && result.files_changed.is_empty() {
         return;
     }
-    if READS.contains(&engine) {
+    // A read's success means its file was read: its server hears of it, with no wait.
+    if engine == Engine::ReadFile.name() {
         if let Some(rel) = path_arg(env, args) {
             m.on_read(&rel);
         }
         return;
     }
-    let files: Vec<String> = if COMMANDS.contains(&engine) && result.files_changed.is_empty() {
-        m.changed_on_disk()
-    } else {
-        result.files_changed.clone()
-    };
+    // A command's result names the files it changed (see `capture::scope_call`); open
+    // documents changed on disk meanwhile (by a command run inline, or outside the capture's
+    // scope) are sent too.
+    let mut files = result.files_changed.clone();
+    if runs_commands(engine) {
+        for f in m.changed_on_disk() {
+            if !files.contains(&f) {
+                files.push(f);
+            }
+        }
+    }
     if files.is_empty() {
         return;
     }
@@ -89,7 +127,7 @@ pub fn after_call(
 /// Whether [`after_call`] may wait after this result (a change, or a command); a read's step
 /// never does.
 pub fn may_block(engine: &str, result: &ToolResult) -> bool {
-    !result.files_changed.is_empty() || (result.success && COMMANDS.contains(&engine))
+    !result.files_changed.is_empty() || (result.success && runs_commands(engine))
 }
 
 /// Whether a call of `engine` with `args` may wait for a language server (so it should not
@@ -100,8 +138,7 @@ pub fn may_wait(
     args: Option<&serde_json::Map<String, Value>>,
 ) -> bool {
     let Some(m) = &env.lsp else { return false };
-    ENGINES.contains(&engine)
-        || COMMANDS.contains(&engine)
+    engine_named(engine).is_some_and(|e| e.asks_language_servers() || e.runs_commands())
         || args
             .and_then(|a| path_of(env, |k| a.get(k)))
             .is_some_and(|rel| m.covers(&rel))
@@ -831,10 +868,14 @@ pub struct OutlineArgs {
     pub path: String,
 }
 
-/// `outline`: a file's symbols with line ranges, from its language server.
+/// `outline`: a file's symbols with line ranges, from its language server, else from its
+/// tree-sitter grammar; a directory's most-referenced top-level symbols.
 pub struct Outline {
     env: Arc<ToolEnv>,
 }
+
+/// The largest file outlined from its grammar.
+const MAX_OUTLINE_BYTES: usize = 4 * 1024 * 1024;
 
 #[async_trait]
 impl TypedTool for Outline {
@@ -845,9 +886,12 @@ impl TypedTool for Outline {
     }
 
     fn description(&self) -> &str {
-        "A file's symbols (classes, functions, methods, ...) with their line ranges and \
-         signatures, nested; for a directory, the top-level symbols of its source files, within \
-         a size budget. From the file's language server."
+        "A file's symbols (classes, functions, methods, ...) with their line ranges (1-based, \
+         as read_file numbers them) and signatures, nested; from the file's language server, \
+         else from its tree-sitter grammar (Rust, Python, JavaScript/TypeScript, Go, C, Java), \
+         so no server is needed. For a directory: the top-level symbols of its source files, \
+         most referenced first (how often each name occurs as an identifier in those files), \
+         within a size budget that says what it left out."
     }
 
     fn annotations(&self) -> Annotations {
@@ -855,87 +899,72 @@ impl TypedTool for Outline {
     }
 
     async fn run(&self, args: OutlineArgs, _ctx: &ToolContext) -> Result<ToolResult, ToolError> {
-        let m = manager(&self.env)?;
-        let rel = locate(&self.env, &args.path)?;
-        let md = self
-            .env
-            .workspace
-            .metadata(&rel)?
-            .ok_or_else(|| ToolError::NotFound(format!("{rel} does not exist")))?;
-        if !md.is_dir() {
-            let (v, _) = m
-                .request(rel.as_str(), "textDocument/documentSymbol", json!({}))
-                .map_err(lsp_err)?;
-            return Ok(ToolResult::ok(render_symbols(
-                m,
-                rel.as_str(),
-                &v,
-                usize::MAX,
-            )));
-        }
-        let mut files = Vec::new();
-        collect_sources(m, &m.root().join(rel.as_str()), m.root(), 0, &mut files);
-        files.sort();
-        let mut out = String::new();
-        let mut left = 0;
-        for f in &files {
-            if out.len() > OUTLINE_BUDGET {
-                left += 1;
-                continue;
-            }
-            let body = match m.request(f, "textDocument/documentSymbol", json!({})) {
-                Ok((v, _)) => render_symbols(m, f, &v, 1),
-                Err(e) => format!("({e})"),
-            };
-            out.push_str(&format!("{f}:\n"));
-            for l in body.lines() {
-                out.push_str(&format!("  {l}\n"));
-            }
-        }
-        if left > 0 {
-            out.push_str(&format!(
-                "... and {left} more files (outline one of them, or a subdirectory)\n"
-            ));
-        }
-        if files.is_empty() {
-            out = format!("{rel}: no source files a language server covers");
-        }
-        Ok(ToolResult::ok(out))
+        let env = self.env.clone();
+        toolyard_core::blocking::blocking(move || outline(&env, &args.path))
+            .await
+            .map_err(|e| ToolError::Io(format!("outline: {e}")))?
+            .map(ToolResult::ok)
     }
 }
 
-/// Source files under `dir` a server covers, skipping hidden and build directories.
-fn collect_sources(
-    m: &Manager,
-    dir: &std::path::Path,
-    root: &std::path::Path,
-    depth: usize,
-    out: &mut Vec<String>,
-) {
-    if depth > 6 || out.len() >= 200 {
-        return;
+/// The outline of `path`: the server's documentSymbol when a server covers the file, else (or
+/// when it fails) the grammar's; a directory from the grammars.
+fn outline(env: &ToolEnv, path: &str) -> Result<String, ToolError> {
+    let rel = locate(env, path)?;
+    let md = env.workspace.metadata(&rel)?.ok_or_else(|| {
+        ToolError::NotFound(format!(
+            "{rel} does not exist; give a file or a directory of the workspace"
+        ))
+    })?;
+    if md.is_dir() {
+        let dir = if rel.as_str() == "." {
+            ""
+        } else {
+            rel.as_str()
+        };
+        return Ok(toolyard_outline::outline_dir(env.workspace.root(), dir, OUTLINE_BUDGET).text);
     }
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.')
-            || ["node_modules", "target", "build", "dist", "__pycache__"].contains(&name.as_str())
-        {
-            continue;
-        }
-        let Ok(t) = e.file_type() else { continue };
-        let path = e.path();
-        if t.is_dir() {
-            collect_sources(m, &path, root, depth + 1, out);
-        } else if t.is_file()
-            && let Ok(rel) = path.strip_prefix(root)
-        {
-            let rel = rel.to_string_lossy().into_owned();
-            if m.language_of(&rel).is_some_and(|l| l.server.is_some()) {
-                out.push(rel);
+    let grammar = toolyard_outline::Lang::of_path(rel.as_str());
+    let mut note = None;
+    if let Some(m) = &env.lsp
+        && m.language_of(rel.as_str())
+            .is_some_and(|l| l.server.is_some())
+    {
+        match m.request(rel.as_str(), "textDocument/documentSymbol", json!({})) {
+            Ok((v, _)) if v.as_array().is_some_and(|a| !a.is_empty()) || grammar.is_none() => {
+                return Ok(render_symbols(m, rel.as_str(), &v, usize::MAX));
             }
+            Ok(_) => {}
+            Err(e) if grammar.is_some() => {
+                note = Some(format!("({e}; outlined from the file's syntax instead)"));
+            }
+            Err(e) => return Err(lsp_err(e)),
         }
     }
+    let Some(lang) = grammar else {
+        return Err(ToolError::Unavailable(format!(
+            "no language server covers {rel} and there is no grammar for it here (outlines from grammars cover {}); read_file or grep it instead",
+            toolyard_outline::Lang::all_extensions()
+        )));
+    };
+    if md.len() > MAX_OUTLINE_BYTES as u64 {
+        return Err(ToolError::InvalidArguments(format!(
+            "{rel} is {} bytes, over the {} MiB outline limit; grep it for definitions instead",
+            md.len(),
+            MAX_OUTLINE_BYTES / 1024 / 1024
+        )));
+    }
+    let bytes = env.workspace.read(&rel)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let symbols = toolyard_outline::outline(lang, &text)
+        .map_err(|e| ToolError::Upstream(format!("{rel}: {e}")))?;
+    let body = if symbols.is_empty() {
+        format!("{rel}: no symbols")
+    } else {
+        toolyard_outline::render(&symbols, usize::MAX)
+    };
+    Ok(match note {
+        Some(n) => format!("{n}\n{body}"),
+        None => body,
+    })
 }

@@ -1,11 +1,11 @@
 //! `glob`: find files by path pattern (ignore + globset), newest first.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use cap_std::fs::Dir;
-use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkState};
+use ignore::DirEntry;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -15,6 +15,7 @@ use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 use toolyard_workspace::{RelPath, Workspace};
 
 use super::Vocab;
+use super::parallel::{self, Visit};
 use super::pattern::PathGlob;
 use super::walk::{self, HiddenProbe, HiddenSkipped};
 use crate::ToolEnv;
@@ -129,9 +130,7 @@ pub fn find(
         search_prefix: search_prefix.as_bytes(),
         glob: &glob,
         limit: query.limit,
-        cancel,
         probe: probe.as_deref(),
-        merged: Mutex::new(Collected::default()),
     };
     let mut walker = match &probe {
         None => walk::builder(ws, &ws.absolute(&walk_root), true),
@@ -143,16 +142,14 @@ pub fn find(
             .git_exclude(false)
             .git_global(false);
     }
-    walker
-        .build_parallel()
-        .visit(&mut VisitorBuilder { shared: &shared });
+    let mut collected = parallel::walk(walker.build_parallel(), cancel, || Visitor {
+        shared: &shared,
+        local: Collected::default(),
+        parent: None,
+    });
     if cancel.is_cancelled() {
         return Err(ToolError::Cancelled);
     }
-    let mut collected = shared
-        .merged
-        .into_inner()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
     collected.hits.sort_unstable_by(newest_first);
     if let Some(limit) = query.limit {
         collected.hits.truncate(limit);
@@ -183,10 +180,8 @@ struct Shared<'a> {
     search_prefix: &'a [u8],
     glob: &'a PathGlob,
     limit: Option<usize>,
-    cancel: &'a CancellationToken,
     /// Set when hidden files are left out: what would have matched among them.
     probe: Option<&'a HiddenProbe>,
-    merged: Mutex<Collected>,
 }
 
 #[derive(Default)]
@@ -204,20 +199,6 @@ impl Collected {
             self.hits.sort_unstable_by(newest_first);
             self.hits.truncate(limit);
         }
-    }
-}
-
-struct VisitorBuilder<'s, 'a> {
-    shared: &'s Shared<'a>,
-}
-
-impl<'s, 'a: 's> ParallelVisitorBuilder<'s> for VisitorBuilder<'s, 'a> {
-    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
-        Box::new(Visitor {
-            shared: self.shared,
-            local: Collected::default(),
-            parent: None,
-        })
     }
 }
 
@@ -300,25 +281,14 @@ impl Visitor<'_, '_> {
     }
 }
 
-impl ParallelVisitor for Visitor<'_, '_> {
-    fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
-        if self.shared.cancel.is_cancelled() {
-            return WalkState::Quit;
-        }
-        if let Ok(entry) = entry {
-            self.consider(&entry);
-        }
-        WalkState::Continue
-    }
-}
+impl Visit for Visitor<'_, '_> {
+    type Total = Collected;
 
-impl Drop for Visitor<'_, '_> {
-    fn drop(&mut self) {
-        let mut merged = self
-            .shared
-            .merged
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+    fn visit(&mut self, entry: &DirEntry) {
+        self.consider(entry);
+    }
+
+    fn merge_into(&mut self, merged: &mut Collected) {
         merged.total += self.local.total;
         merged.hits.append(&mut self.local.hits);
         merged.trim(self.shared.limit);
@@ -404,7 +374,7 @@ impl TypedTool for GlobTool {
 /// What the `glob` tool answers for `args`, matching case-insensitively or not leaving out
 /// what .gitignore ignores when asked (dialects whose glob has those switches), its hints in
 /// `vocab`'s words.
-pub(crate) async fn glob_result(
+pub async fn glob_result(
     env: &Arc<ToolEnv>,
     ctx: &ToolContext,
     args: GlobArgs,

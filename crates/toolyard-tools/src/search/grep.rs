@@ -1,6 +1,6 @@
 //! `grep`: ripgrep's engine in process (grep-regex, grep-searcher, the `ignore` parallel walker).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -8,7 +8,7 @@ use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{
     BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
 };
-use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkState};
+use ignore::DirEntry;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -18,9 +18,15 @@ use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 use toolyard_workspace::{RelPath, Workspace};
 
 use super::Vocab;
+use super::parallel::{self, Visit};
 use super::pattern::PathGlob;
 use super::walk::{self, HiddenProbe, HiddenSkipped};
 use crate::ToolEnv;
+
+mod render;
+
+use render::{footer, select, select_files};
+pub use render::{per_file_table, render};
 
 /// Characters of one line shown before it is cut.
 pub const MAX_LINE_CHARS: usize = 500;
@@ -322,13 +328,8 @@ pub fn search(
         keep_lines: query.keep_lines,
         cancel,
         probe: probe.as_deref(),
-        merged: Mutex::new(Collected::default()),
     };
-    walker.visit(&mut VisitorBuilder { shared: &shared });
-    let collected = shared
-        .merged
-        .into_inner()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let collected = parallel::walk(walker, cancel, || Visitor::new(&shared));
     if cancel.is_cancelled() {
         return Err(ToolError::Cancelled);
     }
@@ -417,7 +418,6 @@ struct Shared<'a> {
     cancel: &'a CancellationToken,
     /// Set when hidden files are left out: what would have matched among them.
     probe: Option<&'a HiddenProbe>,
-    merged: Mutex<Collected>,
 }
 
 /// The ripgrep file types named in `names` (comma-separated), or `None` when not given; an
@@ -502,21 +502,18 @@ impl Collected {
     }
 }
 
-struct VisitorBuilder<'s, 'a> {
-    shared: &'s Shared<'a>,
-}
-
-impl<'s, 'a: 's> ParallelVisitorBuilder<'s> for VisitorBuilder<'s, 'a> {
-    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
+impl<'s, 'a> Visitor<'s, 'a> {
+    /// A walker thread's visitor, with searchers of its own.
+    fn new(shared: &'s Shared<'a>) -> Self {
         let mut b = SearcherBuilder::new();
         b.line_number(true)
             // ripgrep's default for walked files: stop at the first NUL byte, say nothing.
             .binary_detection(BinaryDetection::quit(b'\x00'))
-            .multi_line(self.shared.multiline)
-            .before_context(self.shared.context)
-            .after_context(self.shared.context);
-        let keep = if self.shared.keep_lines {
-            self.shared.limits.map_or(u64::MAX, |l| l.max_lines as u64)
+            .multi_line(shared.multiline)
+            .before_context(shared.context)
+            .after_context(shared.context);
+        let keep = if shared.keep_lines {
+            shared.limits.map_or(u64::MAX, |l| l.max_lines as u64)
         } else {
             0
         };
@@ -524,14 +521,14 @@ impl<'s, 'a: 's> ParallelVisitorBuilder<'s> for VisitorBuilder<'s, 'a> {
         probe
             .line_number(false)
             .binary_detection(BinaryDetection::quit(b'\x00'))
-            .multi_line(self.shared.multiline);
-        Box::new(Visitor {
-            shared: self.shared,
+            .multi_line(shared.multiline);
+        Visitor {
+            shared,
             searcher: b.build(),
             probe_searcher: probe.build(),
             sink: LineSink::new(keep),
             local: Collected::default(),
-        })
+        }
     }
 }
 
@@ -667,25 +664,14 @@ impl<R: std::io::Read> std::io::Read for Budgeted<'_, R> {
     }
 }
 
-impl ParallelVisitor for Visitor<'_, '_> {
-    fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
-        if self.shared.cancel.is_cancelled() {
-            return WalkState::Quit;
-        }
-        if let Ok(entry) = entry {
-            self.search_entry(&entry);
-        }
-        WalkState::Continue
-    }
-}
+impl Visit for Visitor<'_, '_> {
+    type Total = Collected;
 
-impl Drop for Visitor<'_, '_> {
-    fn drop(&mut self) {
-        let mut merged = self
-            .shared
-            .merged
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+    fn visit(&mut self, entry: &DirEntry) {
+        self.search_entry(entry);
+    }
+
+    fn merge_into(&mut self, merged: &mut Collected) {
         merged.total_files += self.local.total_files;
         merged.total_matches += self.local.total_matches;
         merged.searched += self.local.searched;
@@ -800,158 +786,6 @@ fn line_text(bytes: &[u8]) -> String {
         &text[..end],
         total - MAX_LINE_CHARS
     )
-}
-
-/// Sort by path and cut to the limits (whole files first, then lines).
-fn select(mut c: Collected, limits: Option<GrepLimits>, context: usize) -> GrepOutcome {
-    c.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    let mut outcome = GrepOutcome {
-        files: Vec::new(),
-        total_files: c.total_files,
-        total_matches: c.total_matches,
-        searched_files: c.searched,
-        hidden: HiddenSkipped::default(),
-        top_files: c.top_files(),
-    };
-    let Some(limits) = limits else {
-        outcome.files = c.files;
-        return outcome;
-    };
-    let mut budget = limits.max_lines as u64;
-    for mut file in c.files {
-        if outcome.files.len() >= limits.max_files || budget == 0 {
-            break;
-        }
-        let stored = file.lines.iter().filter(|l| l.is_match).count() as u64;
-        if stored > budget {
-            cut_after_matches(&mut file.lines, budget, context);
-            budget = 0;
-        } else {
-            budget -= stored;
-        }
-        outcome.files.push(file);
-    }
-    outcome
-}
-
-/// Sort by path and keep the first `max_files` files (no lines were kept).
-fn select_files(mut c: Collected, limits: Option<GrepLimits>) -> GrepOutcome {
-    c.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    if let Some(l) = limits {
-        c.files.truncate(l.max_files);
-    }
-    let top_files = c.top_files();
-    GrepOutcome {
-        files: c.files,
-        total_files: c.total_files,
-        total_matches: c.total_matches,
-        searched_files: c.searched,
-        hidden: HiddenSkipped::default(),
-        top_files,
-    }
-}
-
-/// Keep the first `n` matching lines and the context that follows the last of them.
-fn cut_after_matches(lines: &mut Vec<GrepLine>, n: u64, context: usize) {
-    let mut seen = 0;
-    let mut last_match = None;
-    let mut end = lines.len();
-    for (i, l) in lines.iter().enumerate() {
-        if l.is_match {
-            if seen == n {
-                end = i;
-                break;
-            }
-            seen += 1;
-            last_match = Some(l.number);
-        }
-    }
-    lines.truncate(end);
-    if let Some(last) = last_match {
-        while lines
-            .last()
-            .is_some_and(|l| !l.is_match && (l.gap_before || l.number > last + context as u64))
-        {
-            lines.pop();
-        }
-    }
-}
-
-/// The model-facing text of an outcome: `path:line:text`, `path-line-text`, `--` gaps.
-pub fn render(outcome: &GrepOutcome, context: usize) -> String {
-    let mut out = String::new();
-    for (i, file) in outcome.files.iter().enumerate() {
-        if context > 0 && i > 0 {
-            out.push_str("--\n");
-        }
-        for line in &file.lines {
-            if line.gap_before {
-                out.push_str("--\n");
-            }
-            let sep = if line.is_match { ':' } else { '-' };
-            out.push_str(&file.path);
-            out.push(sep);
-            out.push_str(&line.number.to_string());
-            out.push(sep);
-            out.push_str(&line.text);
-            out.push('\n');
-        }
-    }
-    out
-}
-
-/// The footer that says what was left out, if anything, and where the matches are.
-fn footer(outcome: &GrepOutcome, vocab: &Vocab) -> Option<String> {
-    let shown = outcome.shown_matches();
-    if shown >= outcome.total_matches {
-        return None;
-    }
-    let fully_shown = outcome
-        .files
-        .iter()
-        .filter(|f| f.lines.iter().filter(|l| l.is_match).count() as u64 == f.match_count)
-        .count() as u64;
-    let more_files = outcome.total_files - fully_shown;
-    let mut text = format!(
-        "[{} more matches in {} files not shown ({} matches in {} files in all); {}]",
-        outcome.total_matches - shown,
-        more_files,
-        outcome.total_matches,
-        outcome.total_files,
-        vocab.narrow
-    );
-    if let Some(table) = per_file_table(outcome) {
-        text.push('\n');
-        text.push_str(&table);
-    }
-    Some(text)
-}
-
-/// Where the matches are: a `path: count` line for each of the files with the most, and the
-/// rest summed; `None` for a single file.
-pub fn per_file_table(outcome: &GrepOutcome) -> Option<String> {
-    if outcome.total_files < 2 || outcome.top_files.is_empty() {
-        return None;
-    }
-    // Rows indented inside the brackets, so none reads as a match line.
-    let mut rows: Vec<String> = outcome
-        .top_files
-        .iter()
-        .map(|(path, n)| format!("  {path}: {n}"))
-        .collect();
-    let listed: u64 = outcome.top_files.iter().map(|(_, n)| n).sum();
-    let others = outcome.total_files - outcome.top_files.len() as u64;
-    if others > 0 {
-        rows.push(format!(
-            "  {others} other file{}: {}",
-            if others == 1 { "" } else { "s" },
-            outcome.total_matches - listed
-        ));
-    }
-    Some(format!(
-        "[matching lines per file, most first:\n{}]",
-        rows.join("\n")
-    ))
 }
 
 /// The `grep` tool (loopr dialect), and the engine of every dialect's grep.
@@ -1141,6 +975,7 @@ fn files_footer(outcome: &GrepOutcome, vocab: &Vocab) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::render::cut_after_matches;
     use super::*;
 
     #[test]

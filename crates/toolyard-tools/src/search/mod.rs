@@ -15,6 +15,7 @@ pub mod glob;
 pub mod grep;
 mod ignores;
 pub mod list;
+mod parallel;
 mod pattern;
 pub mod saved;
 mod walk;
@@ -105,7 +106,7 @@ pub fn tools(env: Arc<ToolEnv>) -> Vec<Arc<dyn Tool>> {
 
 /// Run a blocking search where it may block (see [`toolyard_core::blocking`]), so the async
 /// runtime keeps serving.
-pub(crate) async fn blocking<T, F>(f: F) -> Result<T, ToolError>
+pub async fn blocking<T, F>(f: F) -> Result<T, ToolError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, ToolError> + Send + 'static,
