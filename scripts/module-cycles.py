@@ -5,6 +5,8 @@ Usage: scripts/module-cycles.py [crates/NAME ...]   (default: every crate under 
 Exit status 1 when a pair is found. A module is a file or directory right under `src/`;
 `crate::x` (in `use` or in a path) inside module `y` is an edge y -> x.
 """
+from __future__ import annotations
+
 import pathlib
 import re
 import sys

@@ -18,6 +18,9 @@ if ((${#need_apt[@]})); then
 fi
 python3 -m pip install -q 'mcp==2.3.0' pytest
 
+echo "== no two modules of one crate import each other"
+python3 scripts/module-cycles.py
+
 # The user's own state directory: no test may leave anything in it (checked at the end).
 real_state="${XDG_STATE_HOME:-$HOME/.local/state}/toolyard"
 state_before=$( (find "$real_state" -mindepth 2 -maxdepth 2 2>/dev/null || true) | sort)
