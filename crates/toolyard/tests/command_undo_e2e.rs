@@ -9,17 +9,17 @@
 //! `toolyard runner` on a directory of its own), as `scripts/test.sh` runs it.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 mod common;
+mod mcp_client;
 use common::toolyard_bin;
+use mcp_client::Mcp;
 
 /// How long a test waits for something that should happen soon (a failure bound only).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -397,80 +397,17 @@ fn excluded_directories_and_files_over_the_cap_are_named_not_undoable() {
 }
 
 /// `toolyard serve` over stdio, for processes that outlive a call.
-struct Mcp {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    next: u64,
+fn serve(e: &Env) -> Mcp {
+    let mut serve = e.command();
+    serve.arg("serve");
+    Mcp::start(serve)
 }
 
 impl Mcp {
-    fn start(e: &Env) -> Self {
-        let mut child = e
-            .command()
-            .args(["serve"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("toolyard serve starts");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut mcp = Self {
-            child,
-            lines,
-            next: 1,
-        };
-        mcp.request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
-        );
-        mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        mcp
-    }
-
-    fn send(&mut self, msg: &Value) {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{msg}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next;
-        self.next += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        let until = Instant::now() + PATIENCE;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let line = self.lines.recv_timeout(left).expect("the server answers");
-            let msg: Value = serde_json::from_str(&line).unwrap();
-            if msg["id"] == id {
-                return msg;
-            }
-        }
-    }
-
     /// A tool call's result as JSON (`output`, `data`, ...).
     fn call(&mut self, tool: &str, args: Value) -> Value {
-        let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
-        let text = r["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no text: {r}"))
-            .to_string();
+        let (text, r) = self.tool_call(tool, args);
         json!({"output": text, "data": r["result"]["structuredContent"]["data"], "raw": r})
-    }
-}
-
-impl Drop for Mcp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -488,7 +425,7 @@ fn bg_files(e: &Env) -> Vec<String> {
 #[test]
 fn a_background_process_s_changes_are_undone_piece_by_piece_and_after_its_kill() {
     let e = env("");
-    let mut mcp = Mcp::start(&e);
+    let mut mcp = serve(&e);
     let r = mcp.call(
         "run_command",
         json!({"command": "i=0; while true; do i=$((i+1)); echo $i > bg$i.txt; sleep 1; done", "background": true, "yield_ms": 100}),
@@ -547,7 +484,7 @@ fn a_background_process_s_changes_are_undone_piece_by_piece_and_after_its_kill()
 fn the_persistent_shell_s_commands_are_undone_per_call() {
     let e = env("");
     seed(&e);
-    let mut mcp = Mcp::start(&e);
+    let mut mcp = serve(&e);
     let before = e.tree();
     let r = mcp.call(
         "shell",

@@ -5,16 +5,16 @@
 //! Every test has its own workspace, TOOLYARD_STATE_DIR and HOME in a temp dir; a session host
 //! a test starts leaves when that state directory is deleted, and the guard kills any left.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 mod common;
+mod mcp_client;
 use common::toolyard_bin;
+use mcp_client::Mcp;
 
 /// How long a test waits for something that should happen soon (a failure bound, not a
 /// threshold: a passing test never waits this long).
@@ -343,86 +343,23 @@ fn the_shell_answers_unusual_unicode_and_broken_syntax_at_once_and_keeps_its_sta
     );
 }
 
-/// `toolyard serve` over stdio, as an MCP client drives it.
-struct Mcp {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    next: u64,
+/// `toolyard serve` over stdio with `catalog`, as an MCP client drives it.
+fn serve(e: &Env, catalog: &str) -> Mcp {
+    serve_with(e, catalog, &[])
+}
+
+/// [`serve`] with `extra` arguments.
+fn serve_with(e: &Env, catalog: &str, extra: &[&str]) -> Mcp {
+    let mut serve = e.command();
+    serve.args(["serve", "--catalog", catalog]).args(extra);
+    Mcp::start(serve)
 }
 
 impl Mcp {
-    fn start(e: &Env, catalog: &str) -> Self {
-        Self::start_with(e, catalog, &[])
-    }
-
-    fn start_with(e: &Env, catalog: &str, extra: &[&str]) -> Self {
-        let mut child = e
-            .command()
-            .args(["serve", "--catalog", catalog])
-            .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("toolyard serve starts");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut mcp = Self {
-            child,
-            lines,
-            next: 1,
-        };
-        mcp.request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
-        );
-        mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        mcp
-    }
-
-    fn send(&mut self, msg: &Value) {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{msg}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next;
-        self.next += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        let until = Instant::now() + PATIENCE;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let line = self.lines.recv_timeout(left).expect("the server answers");
-            let msg: Value = serde_json::from_str(&line).unwrap();
-            if msg["id"] == id {
-                return msg;
-            }
-        }
-    }
-
     /// A tool call: its text and its structured result.
     fn call(&mut self, tool: &str, args: Value) -> (String, Value) {
-        let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
-        let text = r["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no text: {r}"))
-            .to_string();
+        let (text, r) = self.tool_call(tool, args);
         (text, r["result"]["structuredContent"].clone())
-    }
-}
-
-impl Drop for Mcp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -430,7 +367,7 @@ impl Drop for Mcp {
 fn a_command_running_when_clients_give_up_is_answered_with_its_process_and_goes_on() {
     let e = env();
     let catalog = e.catalog("[exec]\nanswer_after_ms = 1000\n");
-    let mut mcp = Mcp::start(&e, &catalog);
+    let mut mcp = serve(&e, &catalog);
     let (text, r) = mcp.call(
         "run_command",
         json!({"command": "echo early; sleep 3; echo late > late.txt; echo late; exit 3", "timeout_ms": 60000}),
@@ -506,7 +443,7 @@ fn a_one_shot_cli_call_waits_for_its_command() {
 fn claude_code_bash_still_running_when_clients_give_up_becomes_a_background_shell() {
     let e = env();
     let catalog = e.catalog("[exec]\nanswer_after_ms = 1000\n");
-    let mut mcp = Mcp::start_with(&e, &catalog, &["--dialect", "claude-code"]);
+    let mut mcp = serve_with(&e, &catalog, &["--dialect", "claude-code"]);
     let (text, r) = mcp.call(
         "Bash",
         json!({"command": "echo early; sleep 3; echo late; exit 3"}),
