@@ -31,7 +31,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 pub use toolyard_core::{Catalog, ToolDefinition, ToolError, ToolResult};
 pub use toolyard_dialects::Dialect;
-use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
+use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 
 /// The session calls run in when the context names no thread.
 pub const DEFAULT_SESSION: &str = "embedder";
@@ -201,7 +201,7 @@ impl RegistryBuilder {
         for definition in dispatcher.definitions() {
             let mutating = dispatcher
                 .engine_of(&definition.name)
-                .is_some_and(|e| toolyard_runner::hooks::is_mutating(e, definition.annotations));
+                .is_some_and(|e| toolyard_dispatch::hooks::is_mutating(e, definition.annotations));
             registry.register(Arc::new(EngineTool {
                 dispatcher: dispatcher.clone(),
                 definition,

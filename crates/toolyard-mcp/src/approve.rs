@@ -24,7 +24,7 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RequestContext};
 use serde_json::{Value, json};
-use toolyard_runner::network_request::{Answer, Approver, CHOICES, Question, Unanswered};
+use toolyard_dispatch::network_request::{Answer, Approver, CHOICES, Question, Unanswered};
 
 /// The key of the question in an input-required result's `inputRequests`.
 const KEY: &str = "toolyard_network_request";

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use toolyard_runner::Dispatcher;
+use toolyard_dispatch::Dispatcher;
 
 /// The cookie sessions seen: each one's last request and its calls in flight.
 pub(crate) struct CookieSessions {

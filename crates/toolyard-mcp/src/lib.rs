@@ -25,7 +25,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), toolyard_mcp::ServeError> {
 //! use std::sync::Arc;
-//! use toolyard_runner::{Dispatcher, DispatcherConfig};
+//! use toolyard_dispatch::{Dispatcher, DispatcherConfig};
 //!
 //! let dispatcher = Dispatcher::new(DispatcherConfig::new(".")).expect("workspace");
 //! toolyard_mcp::serve_stdio(Arc::new(dispatcher)).await?;
@@ -49,7 +49,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Progress, ProgressSink, ToolDefinition, ToolResult};
-use toolyard_runner::{CallRequest, Dispatcher};
+use toolyard_dispatch::{CallRequest, Dispatcher};
 
 mod approve;
 #[cfg(feature = "conformance")]
@@ -979,7 +979,7 @@ mod tests {
     #[test]
     fn every_builtin_definition_converts_to_an_mcp_tool() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-        let mut config = toolyard_runner::DispatcherConfig::new(dir.path().join("ws"));
+        let mut config = toolyard_dispatch::DispatcherConfig::new(dir.path().join("ws"));
         std::fs::create_dir(&config.workspace).unwrap_or_else(|e| panic!("mkdir: {e}"));
         config.state_dir = Some(dir.path().join("state"));
         let d = Dispatcher::new(config).unwrap_or_else(|e| panic!("dispatcher: {e}"));

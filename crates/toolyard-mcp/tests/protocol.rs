@@ -7,8 +7,8 @@ use std::time::Duration;
 use rmcp::ServiceExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines};
+use toolyard_dispatch::{Dispatcher, DispatcherConfig};
 use toolyard_mcp::ToolyardServer;
-use toolyard_runner::{Dispatcher, DispatcherConfig};
 
 struct Conn {
     write: tokio::io::WriteHalf<DuplexStream>,

@@ -37,8 +37,8 @@ use kube::{Api, Client};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use toolyard_core::{Lane, ToolError};
-use toolyard_runner::remote_kube::{KubernetesConfig, Placement};
-use toolyard_runner::{LinkIo, RunnerLink};
+use toolyard_dispatch::remote_kube::{KubernetesConfig, Placement};
+use toolyard_dispatch::{LinkIo, RunnerLink};
 
 /// The label every placed pod (or claim) carries, with the session's token as its value.
 pub const SESSION_LABEL: &str = "toolyard.dev/session";

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use toolyard_core::{Catalog, ToolError};
-use toolyard_runner::RemoteConfig;
-use toolyard_runner::RunnerLink;
+use toolyard_dispatch::RemoteConfig;
+use toolyard_dispatch::RunnerLink;
 
 #[cfg(feature = "kube")]
 pub mod k8s;

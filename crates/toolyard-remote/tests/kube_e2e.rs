@@ -37,7 +37,7 @@ mod real {
     use kube::Api;
     use serde_json::json;
     use toolyard_core::Catalog;
-    use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
+    use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 
     pub fn run() {
         let image = std::env::var("TOOLYARD_K8S_IMAGE")

@@ -17,10 +17,10 @@ use kube::client::Body;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use toolyard_core::Lane;
+use toolyard_dispatch::RunnerLink;
 use toolyard_remote::k8s::{
     Exec, ExecIo, KubeLink, Place, SESSION_LABEL, Settings, parse_template,
 };
-use toolyard_runner::RunnerLink;
 
 type Reply = tower_test::mock::SendResponse<Response<Body>>;
 

@@ -1,43 +1,15 @@
 //! # toolyard-runner
 //!
-//! The one path of every call, whatever door it came in by (MCP, CLI, the session host, Rust):
-//! [`Dispatcher::call`] admits it (the tool, its setup, argument validation, the time limit,
-//! the command policy: see `layers.rs`), places it once ([`Placement`]: in this process, inline
-//! or on a task of its own, a lane's runner, every lane) and executes it there, with the hooks
-//! around placing and executing when any are configured.
+//! The runner process, and only that: `toolyard runner --lane L` sandboxes itself for its lane
+//! and serves the jobs a router sends it over the job protocol ([`protocol`]), plus
+//! `toolyard lane-exec` (one command in a lane's sandbox). The server that sends the jobs is
+//! `toolyard-dispatch`.
 
-mod build;
-mod check;
-mod config;
-mod dispatcher;
-mod execute;
-pub mod hooks;
 mod internal;
 mod lane_exec;
-mod layers;
-pub mod link;
-mod lsp;
-pub mod network_request;
-mod place;
 mod pre_image;
 pub mod process;
 pub mod protocol;
-mod remote;
-pub mod remote_kube;
-mod repeats;
-mod request;
-pub mod router;
-mod template;
 
-pub use build::DispatcherBuilder;
-pub use check::check_catalog;
-pub use config::Config;
-pub use dispatcher::{Dispatcher, DispatcherConfig, Mode};
-pub use hooks::{HookCall, Hooks, HooksConfig};
 pub use lane_exec::{LaneExecArgs, lane_exec};
-pub use link::{CommandLink, LinkIo, RemoteConfig, RunnerLink, RunnerSpawn};
-pub use place::Placement;
 pub use process::{RunnerArgs, runner_main};
-pub use remote::Export;
-pub use request::CallRequest;
-pub use router::Router;

@@ -240,7 +240,7 @@ pub use toolyard_records::op::{CommandEntryWire, PreImageWire, RecordOp, Reply};
 pub const MAX_LINE_BYTES: usize = 64 << 20;
 
 /// One message as a protocol line (newline included), refused when longer than `max` bytes.
-pub(crate) fn encode<T: Serialize>(msg: &T, max: usize) -> Result<Vec<u8>, String> {
+pub fn encode<T: Serialize>(msg: &T, max: usize) -> Result<Vec<u8>, String> {
     let mut line = serde_json::to_vec(msg).map_err(|e| format!("cannot encode: {e}"))?;
     if line.len() > max {
         return Err(format!(
@@ -254,7 +254,7 @@ pub(crate) fn encode<T: Serialize>(msg: &T, max: usize) -> Result<Vec<u8>, Strin
 
 /// Reads protocol lines of at most [`MAX_LINE_BYTES`]. [`LineReader::next_line`] is cancel
 /// safe (its state lives here, its only await is `fill_buf`), so it can race a heartbeat timer.
-pub(crate) struct LineReader<R> {
+pub struct LineReader<R> {
     inner: R,
     buf: Vec<u8>,
     too_long: bool,
@@ -263,7 +263,7 @@ pub(crate) struct LineReader<R> {
 
 impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
     /// Lines of `inner`.
-    pub(crate) fn new(inner: R) -> Self {
+    pub fn new(inner: R) -> Self {
         Self {
             inner,
             buf: Vec::new(),
@@ -274,7 +274,7 @@ impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
 
     /// The next line (without its newline) that fits the bound, skipping and logging any that
     /// does not or is not UTF-8; `None` at the end of the stream or on an error.
-    pub(crate) async fn next_line(&mut self) -> Option<String> {
+    pub async fn next_line(&mut self) -> Option<String> {
         use tokio::io::AsyncBufReadExt;
         loop {
             if self.ended {

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
+use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 
 fn toolyard_exe() -> PathBuf {
     if let Some(p) = std::env::var_os("TOOLYARD_BIN") {

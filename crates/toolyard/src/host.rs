@@ -47,8 +47,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::ToolResult;
+use toolyard_dispatch::{CallRequest, Dispatcher};
 use toolyard_exec::background::ProcessesConfig;
-use toolyard_runner::{CallRequest, Dispatcher};
 
 use crate::Common;
 
@@ -916,7 +916,7 @@ where
         cancel,
         progress: None,
         approver: Some(std::sync::Arc::new(
-            toolyard_runner::network_request::CannotAsk(
+            toolyard_dispatch::network_request::CannotAsk(
                 "`toolyard call` cannot ask you (a command line has no one to answer)".into(),
             ),
         )),

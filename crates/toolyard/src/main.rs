@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use toolyard_core::{Catalog, SchemaFormat};
 use toolyard_dialects::Dialect;
-use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
+use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 
 mod host;
 mod serve;
@@ -599,7 +599,7 @@ pub(crate) fn load_catalog(path: Option<&Path>) -> Result<Catalog> {
         }
         None => Catalog::builtin(),
     };
-    toolyard_runner::check_catalog(&catalog)?;
+    toolyard_dispatch::check_catalog(&catalog)?;
     Ok(catalog)
 }
 
@@ -782,7 +782,7 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode> {
          commands can neither read nor write); refused, with the catalog line to add, where the \
          client cannot ask (the CLI, a client without elicitation); an approval never lifts \
          [network] deny or the internal addresses",
-        toolyard_runner::network_request::STORE_FILE
+        toolyard_dispatch::network_request::STORE_FILE
     );
     out!(
         "  [remote] runners: no gate (the container's or pod's own network applies; [network] \
@@ -867,8 +867,8 @@ fn remote_doctor(args: &DoctorArgs) -> Result<()> {
 /// Whether `catalog` reaches its runners through a `[remote]` link: then the files are the
 /// runner's, and nothing may be read or settled on this disk.
 fn is_remote(catalog: &Catalog) -> Result<bool> {
-    let remote: toolyard_runner::RemoteConfig = catalog.section("remote")?;
-    Ok(toolyard_runner::CommandLink::from_config(&remote).is_some())
+    let remote: toolyard_dispatch::RemoteConfig = catalog.section("remote")?;
+    Ok(toolyard_dispatch::CommandLink::from_config(&remote).is_some())
 }
 
 /// The workspace's journal, with interrupted writes settled first when the files are on this

@@ -73,7 +73,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn serve_http(
-    dispatcher: Arc<toolyard_runner::Dispatcher>,
+    dispatcher: Arc<toolyard_dispatch::Dispatcher>,
     addr: &str,
     trust_all: bool,
 ) -> Result<()> {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use server_side::{HARNESS, Server, ServerCli, run_bounded, snapshot, toolyard_bin};
 use toolyard_core::Catalog;
-use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
+use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 
 /// The uid the pod runs as (its manifest's `runAsUser`).
 const NOBODY: u32 = 65534;

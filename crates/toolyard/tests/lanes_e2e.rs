@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolyard_core::Lane;
-use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
+use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 
 mod common;
 use common::toolyard_bin;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use server_side::{HARNESS, Server, ServerCli, run_bounded, snapshot, toolyard_bin};
 use toolyard_core::{Catalog, Lane};
-use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig, Mode};
+use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig, Mode};
 
 struct Env {
     _t: tempfile::TempDir,

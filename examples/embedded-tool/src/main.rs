@@ -30,7 +30,7 @@ use toolyard_core::{
     Annotations, CallShape, Catalog, Lane, ToolContext, ToolError, ToolResult, ToolSpec, Typed,
     TypedTool,
 };
-use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig};
+use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig};
 use toolyard_tools::ToolEnv;
 use toolyard_tools::files::{commit_write, expect_for_write};
 

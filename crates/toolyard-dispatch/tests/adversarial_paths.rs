@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
-use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig};
+use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig};
 
 const SECRET: &str = "TOP-SECRET-OUTSIDE-7f3a";
 const FILE_TOOLS: [&str; 6] = [

@@ -1,8 +1,8 @@
 //! Runner links: how the router reaches the runner of a lane. A link is any byte stream that
-//! carries the job protocol ([`crate::protocol`]) to a fresh `toolyard runner`: today's local
-//! child process ([`RunnerSpawn`]), or a *command link*, an argv template from the catalog's
-//! `[remote]` section whose standard input and output reach a runner somewhere else
-//! (`podman exec -i`, `kubectl exec -i`, `ssh`).
+//! carries the job protocol ([`toolyard_runner::protocol`]) to a fresh `toolyard runner`:
+//! today's local child process ([`RunnerSpawn`]), or a *command link*, an argv template from
+//! the catalog's `[remote]` section whose standard input and output reach a runner somewhere
+//! else (`podman exec -i`, `kubectl exec -i`, `ssh`).
 //!
 //! What the router assumes of a link: it delivers lines in order, both ways, and its end (EOF,
 //! a killed process) means the runner is gone. Everything else (versions, liveness, frame size)
@@ -21,8 +21,8 @@ use tokio::process::{Child, Command};
 use toolyard_core::{Catalog, Lane, ToolError};
 use toolyard_egress::{Gate, NetworkConfig, Policy};
 use toolyard_exec::sandbox::egress::SOCKET_ENV;
+use toolyard_runner::protocol::DEFAULT_HEARTBEAT_MS;
 
-use crate::protocol::DEFAULT_HEARTBEAT_MS;
 use crate::remote_kube::KubernetesConfig;
 pub use crate::template::CommandTemplate;
 

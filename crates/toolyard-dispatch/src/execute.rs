@@ -9,9 +9,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::blocking::on_blocking_thread;
 use toolyard_core::{Lane, ProgressSink, Tool, ToolContext, ToolError, ToolResult, ToolSpec};
+use toolyard_runner::protocol::Job;
 use toolyard_tools::ToolEnv;
 
-use crate::protocol::Job;
 use crate::request::CallRequest;
 use crate::router::Router;
 

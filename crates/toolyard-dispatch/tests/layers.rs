@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use toolyard_core::{Catalog, ToolResult};
 use toolyard_dialects::Dialect;
-use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig};
+use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig};
 
 /// A dispatcher over `ws` whose catalog is the built-in one plus `extra`; a pre-tool hook on
 /// every call touches `hook-ran` in the workspace.

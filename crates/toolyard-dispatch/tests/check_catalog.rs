@@ -2,7 +2,7 @@
 //! line and column of the mistake itself.
 
 use toolyard_core::Catalog;
-use toolyard_runner::{Dispatcher, DispatcherConfig, check_catalog};
+use toolyard_dispatch::{Dispatcher, DispatcherConfig, check_catalog};
 
 fn catalog(text: &str) -> Catalog {
     Catalog::parse_over_builtin(text, "c.toml").unwrap()

@@ -10,13 +10,13 @@ use tokio_util::sync::CancellationToken;
 use toolyard_core::{Catalog, Engine, Tool, ToolDefinition, ToolError, ToolResult, ToolSpec};
 use toolyard_dialects::{Dialect, DialectTool};
 use toolyard_policy::CommandPolicy;
+use toolyard_runner::protocol::Job;
 use toolyard_tools::ToolEnv;
 
 use crate::execute::{InProcess, Lanes};
 use crate::hooks::{HookCall, Hooks};
 use crate::layers::{self, Admitted};
 use crate::place::{Placement, Placer};
-use crate::protocol::Job;
 use crate::request::CallRequest;
 use crate::router::Router;
 

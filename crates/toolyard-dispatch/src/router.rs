@@ -16,13 +16,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Lane, ProgressSink, ToolError, ToolResult};
 use toolyard_records::Records;
-
-pub use crate::link::RunnerSpawn;
-use crate::link::{RunnerLink, session_token};
-use crate::protocol::{
+use toolyard_runner::protocol::{
     FromRunner, Hello, Job, LineReader, MAX_LINE_BYTES, MAX_PRE_IMAGE_BYTES, MISSED_PINGS,
     PROTOCOL_VERSION, RecordOp, Reply, ToRunner, encode,
 };
+
+pub use crate::link::RunnerSpawn;
+use crate::link::{RunnerLink, session_token};
 
 /// How long a runner may take to sandbox itself and say it is ready.
 const START_TIMEOUT: Duration = Duration::from_secs(20);

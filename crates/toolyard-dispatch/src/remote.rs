@@ -1,5 +1,5 @@
-//! The server's side of the internal jobs (see [`crate::protocol`]) for a `[remote]` link:
-//! undo's reads and restores, recovery of pending journal entries when a runner starts, spill
+//! The server's side of the internal jobs (see [`toolyard_runner::protocol`]) for a `[remote]`
+//! link: undo's reads and restores, recovery of pending journal entries when a runner starts, spill
 //! reads, and bringing a workspace in and out. The journal stays here; the files stay there.
 
 use std::collections::HashSet;
@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 use toolyard_core::{Lane, ToolError, ToolResult};
 use toolyard_records::{Change, ChangeId};
 use toolyard_records::{FileState, LocalRecords, RemoteFiles};
+use toolyard_runner::protocol::{INTERNAL_DIALECT, Job, PART_BYTES, PreImageWire};
 
 use crate::link::session_token;
-use crate::protocol::{INTERNAL_DIALECT, Job, PART_BYTES, PreImageWire};
 use crate::router::{Key, Router, RunnerConn};
 
 /// The time limit of the internal jobs that touch one file.

@@ -2,7 +2,7 @@
 //! what they need, and a call to one says what to configure.
 
 use toolyard_core::Catalog;
-use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig};
+use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig};
 
 fn dispatcher(ws: &std::path::Path, catalog: &str) -> Dispatcher {
     let mut config = DispatcherConfig::new(ws);

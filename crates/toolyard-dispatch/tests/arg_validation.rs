@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use toolyard_core::ArgValidator;
 use toolyard_dialects::Dialect;
-use toolyard_runner::{CallRequest, Dispatcher, DispatcherConfig};
+use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig};
 
 fn dispatcher(ws: &Path, dialect: Dialect) -> Dispatcher {
     let mut config = DispatcherConfig::new(ws);
