@@ -471,7 +471,7 @@ fn report_lost(hosts: &HostsDir, key: &str, session: &str) {
         };
         eprintln!(
             "{}",
-            crate::printable(&format!(
+            crate::print::printable(&format!(
                 "toolyard: the session host (pid {}) stopped without ending its sessions (killed \
                  or crashed): the processes of session `{session}` ({ids}) and its shell were \
                  lost; starting a fresh host",
@@ -566,7 +566,10 @@ async fn start_host(common: &Common, d: &Dispatcher, key: &str, hosts: &HostsDir
                 .or_else(|| log.trim().lines().last())
                 .unwrap_or("it said nothing")
                 .to_string();
-            bail!("the session host did not start: {}", crate::printable(&why))
+            bail!(
+                "the session host did not start: {}",
+                crate::print::printable(&why)
+            )
         }
     }
 }
