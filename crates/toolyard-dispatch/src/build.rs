@@ -96,7 +96,7 @@ fn remote_link(
 ) -> Result<Option<Arc<dyn RunnerLink>>, ToolError> {
     if remote.kubernetes.is_some() && link.is_none() {
         return Err(ToolError::InvalidArguments(
-            "the catalog's [remote.kubernetes] needs a toolyard built with the Kubernetes link: `cargo build -p toolyard --features kube`; or reach the pods with [remote] command = [\"kubectl\", \"exec\", \"-i\", ...]".into(),
+            crate::remote_kube::NEEDS_KUBE_BUILD.into(),
         ));
     }
     let remote: Option<Arc<dyn RunnerLink>> = match link {

@@ -267,7 +267,9 @@ fn sweep_temp_dirs(tmp: &Path) {
         let Ok(dir) = File::open(&path) else {
             continue;
         };
-        if !matches!(flock(&dir, libc::LOCK_EX | libc::LOCK_NB), Ok(true)) || pid_alive(pid) {
+        if !matches!(flock(&dir, libc::LOCK_EX | libc::LOCK_NB), Ok(true))
+            || toolyard_exec::pid_alive(pid)
+        {
             continue;
         }
         empty_dir(&path);
@@ -285,18 +287,6 @@ fn runner_pid(name: &str) -> Option<u32> {
     let (lane, pid) = name.rsplit_once('-')?;
     lane.parse::<Lane>().ok()?;
     pid.parse::<u32>().ok().filter(|p| *p > 0)
-}
-
-/// Whether a process `pid` exists (one this process may not signal counts too).
-fn pid_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
-    if unsafe { libc::kill(pid, 0) } == 0 {
-        return true;
-    }
-    std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Remove everything inside `dir` (never following links), making read-only directories

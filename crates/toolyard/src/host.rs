@@ -236,7 +236,7 @@ impl HostsDir {
     /// The record of a host that is gone without clearing it: it was killed or crashed.
     fn dead_record(&self, key: &str) -> Option<Record> {
         self.read_record(key)
-            .filter(|r| r.pid != std::process::id() && !alive(r.pid))
+            .filter(|r| r.pid != std::process::id() && !toolyard_exec::pid_alive(r.pid))
     }
 
     /// Replace the record whole: a fresh temporary file renamed over it.
@@ -284,17 +284,6 @@ fn socket_name(key: &str) -> String {
 
 fn record_name(key: &str) -> String {
     format!("{key}.json")
-}
-
-fn alive(pid: u32) -> bool {
-    // A zombie has exited: only its parent has not reaped it yet.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .and_then(|(_, r)| r.split_whitespace().next().map(|st| st != "Z"))
-        })
-        .unwrap_or(false)
 }
 
 /// Whether the peer of `stream` may be trusted as the other end of a host connection (a client
