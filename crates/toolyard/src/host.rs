@@ -48,7 +48,6 @@ use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::ToolResult;
 use toolyard_dispatch::{CallRequest, Dispatcher};
-use toolyard_exec::background::ProcessesConfig;
 
 use crate::Common;
 
@@ -669,13 +668,12 @@ async fn serve(args: HostArgs) -> Result<i32> {
         }
         tracing::warn!(pid = dead.pid, lost = ?record.lost, "session host: the previous host was killed; its processes are lost");
     }
-    let limits: ProcessesConfig = d.config().catalog.section("processes")?;
     let host = Arc::new(Host {
         dispatcher: d.clone(),
         hosts,
         key: key.clone(),
         state_dir: d.env().state.path().to_path_buf(),
-        idle: Duration::from_secs(limits.idle_timeout_s),
+        idle: d.sections().idle_timeout(),
         inner: Mutex::new(Inner {
             sessions: HashMap::new(),
             stateful: HashSet::new(),
