@@ -60,15 +60,14 @@ impl DispatcherBuilder {
     pub fn build(self) -> Result<Dispatcher, ToolError> {
         let config = self.config;
         // Every section now, so a mistake fails the start, not the first call that reads it.
-        crate::check_catalog(&config.catalog).map_err(invalid)?;
-        let sections = Config::of(&config.catalog).map_err(invalid)?;
+        let sections = crate::check::checked(&config.catalog).map_err(invalid)?;
         let remote = remote_link(&config, &sections.remote, self.link)?;
         let env = Arc::new(open_env(&config, &sections, remote.as_deref())?);
         let tools = served_tools(&config, &env)?;
         let specs = specs_of(&config.catalog, &tools)?;
         let policy = CommandPolicy::new(&sections.policy)
             .map_err(|e| ToolError::InvalidArguments(format!("catalog [policy]: {e}")))?;
-        let hooks = Hooks::from_catalog(&config.catalog, env.workspace.root())?;
+        let hooks = Hooks::new(&sections.hooks, env.workspace.root())?;
         let lanes = router(&config, &env, remote).map(|router| Lanes { router });
         Ok(Dispatcher::from_parts(Parts {
             in_process: InProcess { env },
@@ -96,7 +95,7 @@ fn remote_link(
 ) -> Result<Option<Arc<dyn RunnerLink>>, ToolError> {
     if remote.kubernetes.is_some() && link.is_none() {
         return Err(ToolError::InvalidArguments(
-            "the catalog's [remote.kubernetes] needs a toolyard built with the Kubernetes link: `cargo build -p toolyard --features kube`; or reach the pods with [remote] command = [\"kubectl\", \"exec\", \"-i\", ...]".into(),
+            crate::remote_kube::NEEDS_KUBE_BUILD.into(),
         ));
     }
     let remote: Option<Arc<dyn RunnerLink>> = match link {

@@ -2,53 +2,29 @@
 //! mistake anywhere fails the load (with its line and column) instead of the first call.
 
 use toolyard_core::{Catalog, CatalogError};
-use toolyard_exec::ExecConfig;
-use toolyard_exec::background::ProcessesConfig;
-use toolyard_exec::sandbox::{LanesConfig, SandboxConfig};
-use toolyard_policy::{CommandPolicy, PolicyConfig};
-use toolyard_records::JournalConfig;
-use toolyard_tools::command::ProjectConfig;
-use toolyard_tools::oracle::OracleConfig;
-use toolyard_tools::web::WebConfig;
+use toolyard_policy::CommandPolicy;
 
-use crate::HooksConfig;
-use crate::link::RemoteConfig;
+use crate::config::Config;
 
-/// Check every section of `catalog` (`[policy]`, `[sandbox]`, `[lanes]`, `[exec]`, `[hooks]`,
-/// `[journal]`, `[web]`, `[oracle]`, `[project]`, `[processes]`, `[remote]`, `[network]`) and the policy's patterns; the error lists
-/// every mistake found, one a line. The tools and profiles were checked when it was parsed.
+/// Check every section of `catalog` (each in [`Config::SECTIONS`]) and what holds across
+/// them (the policy's patterns, the idle timeout, one link); the error lists every mistake
+/// found, one a line. The tools and profiles were checked when it was parsed.
 pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
-    let checks: [Result<(), CatalogError>; 13] = [
-        catalog.check_section::<PolicyConfig>("policy"),
-        catalog.check_section::<SandboxConfig>("sandbox"),
-        catalog.check_section::<LanesConfig>("lanes"),
-        catalog.check_section::<ExecConfig>("exec"),
-        catalog.check_section::<HooksConfig>("hooks"),
-        catalog.check_section::<JournalConfig>("journal"),
-        catalog.check_section::<WebConfig>("web"),
-        catalog.check_section::<OracleConfig>("oracle"),
-        catalog.check_section::<ProjectConfig>("project"),
-        catalog.check_section::<ProcessesConfig>("processes"),
-        catalog.check_section::<RemoteConfig>("remote"),
-        catalog.check_section::<toolyard_lsp::LspConfig>("lsp"),
-        catalog.check_section::<toolyard_egress::NetworkConfig>("network"),
-    ];
-    let mut messages: Vec<String> = checks
-        .into_iter()
-        .filter_map(Result::err)
-        .map(|e| match e {
-            CatalogError::Invalid { message, .. } => message,
-            other => other.to_string(),
-        })
-        .collect();
+    checked(catalog).map(drop)
+}
+
+/// [`check_catalog`], and the sections it parsed.
+pub(crate) fn checked(catalog: &Catalog) -> Result<Config, CatalogError> {
+    let parsed = Config::parse(catalog);
+    let mut messages = parsed.errors.clone();
     // A policy that deserializes can still hold a pattern that does not compile.
-    if let Ok(policy) = catalog.section::<PolicyConfig>("policy")
-        && let Err(e) = CommandPolicy::new(&policy)
+    if let Some(policy) = &parsed.policy
+        && let Err(e) = CommandPolicy::new(policy)
     {
         messages.push(e.to_string());
     }
     // Zero would end every CLI session between two calls.
-    if let Ok(p) = catalog.section::<ProcessesConfig>("processes")
+    if let Some(p) = &parsed.processes
         && p.idle_timeout_s == 0
     {
         messages.push(
@@ -58,7 +34,7 @@ pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
         );
     }
     // Two links for the same runners: which one would run them is not obvious, so neither.
-    if let Ok(r) = catalog.section::<RemoteConfig>("remote")
+    if let Some(r) = &parsed.remote
         && r.command.is_some()
         && r.kubernetes.is_some()
     {
@@ -68,8 +44,8 @@ pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
                 .into(),
         );
     }
-    if messages.is_empty() {
-        return Ok(());
+    if let (true, Some(config)) = (messages.is_empty(), parsed.complete()) {
+        return Ok(config);
     }
     Err(CatalogError::Invalid {
         origin: catalog.origin().to_string(),

@@ -293,7 +293,7 @@ impl Dispatcher {
             lane: self.spec_of(tool)?.lane,
             gated: self.router().is_some() && !self.is_remote(),
             state: self.env().state.path(),
-            catalog: &self.config.catalog,
+            network: &self.sections.network,
             catalog_path: self.config.catalog_path.as_deref(),
         })
     }

@@ -27,7 +27,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolyard_core::{Catalog, Engine, Lane, ToolError};
+use toolyard_core::{Engine, Lane, ToolError};
 use toolyard_egress::{Grant, Held, NetworkConfig, Pattern, Policy, Scope, Standing};
 use toolyard_tools::network_ask::NetworkAsk;
 
@@ -191,8 +191,8 @@ pub(crate) struct Served<'a> {
     pub(crate) gated: bool,
     /// The workspace's state directory.
     pub(crate) state: &'a Path,
-    /// The catalog, for `[network]`.
-    pub(crate) catalog: &'a Catalog,
+    /// The catalog's `[network]`.
+    pub(crate) network: &'a NetworkConfig,
     /// Where the catalog was read from, for the line a refusal names.
     pub(crate) catalog_path: Option<&'a Path>,
 }
@@ -242,11 +242,7 @@ pub(crate) async fn admit(served: Option<Served<'_>>, req: Call<'_>) -> Result<(
     // The hosts approved now, under the scope the user chose.
     let mut approved: Vec<Grant> = Vec::new();
     if let Some((patterns, reason)) = ask {
-        let config: NetworkConfig = d
-            .catalog
-            .section("network")
-            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
-        let policy = Policy::new(config);
+        let policy = Policy::new(d.network.clone());
         let mut need = Vec::new();
         for p in patterns {
             match policy.standing(&p) {

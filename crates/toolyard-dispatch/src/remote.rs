@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{Lane, ToolError, ToolResult};
 use toolyard_records::{Change, ChangeId};
 use toolyard_records::{FileState, LocalRecords, RemoteFiles};
-use toolyard_runner::protocol::{INTERNAL_DIALECT, Job, PART_BYTES, PreImageWire};
+use toolyard_runner::protocol::{Chunk, InternalOp, Job, PART_BYTES, PreImageWire, Restore};
 
 use crate::link::session_token;
 use crate::router::{Key, Router, RunnerConn};
@@ -22,9 +22,8 @@ use crate::router::{Key, Router, RunnerConn};
 const FILE_JOB: Duration = Duration::from_secs(60);
 
 /// An internal job for `session`.
-pub(crate) fn job(session: &str, tool: &str, args: Value, limit: Duration) -> Job {
-    let call_id = format!("{}-{tool}", std::process::id());
-    Job::for_call(session, call_id, (INTERNAL_DIALECT, tool), args).within(
+pub(crate) fn job(session: &str, op: InternalOp, limit: Duration) -> Job {
+    Job::internal(session, op).within(
         limit,
         crate::execute::millis(limit),
         toolyard_core::DEFAULT_MAX_OUTPUT_BYTES,
@@ -66,13 +65,7 @@ pub(crate) struct RouterFiles {
 }
 
 impl RouterFiles {
-    async fn run(
-        &self,
-        session: &str,
-        tool: &str,
-        args: Value,
-        mutating: bool,
-    ) -> Result<Value, ToolError> {
+    async fn run(&self, session: &str, op: InternalOp, mutating: bool) -> Result<Value, ToolError> {
         let router = self
             .router
             .upgrade()
@@ -80,7 +73,7 @@ impl RouterFiles {
         let r = router
             .submit_with(
                 self.lane,
-                job(session, tool, args, FILE_JOB),
+                job(session, op, FILE_JOB),
                 CancellationToken::new(),
                 Arc::new(|_| {}),
                 mutating,
@@ -93,8 +86,11 @@ impl RouterFiles {
 #[async_trait]
 impl RemoteFiles for RouterFiles {
     async fn read_state(&self, session: &str, path: &str) -> Result<FileState, ToolError> {
-        let args = json!({ "path": path, "max": PART_BYTES });
-        let data = self.run(session, "read_state", args, false).await?;
+        let op = InternalOp::ReadState {
+            path: path.to_string(),
+            max: PART_BYTES,
+        };
+        let data = self.run(session, op, false).await?;
         let pre: PreImageWire = serde_json::from_value(data).map_err(|e| {
             ToolError::Io(format!("the runner's state of {path} is unreadable: {e}"))
         })?;
@@ -111,8 +107,11 @@ impl RemoteFiles for RouterFiles {
         let size = size.min(toolyard_records::MAX_REMOTE_FILE_BYTES);
         let mut bytes = Vec::with_capacity(size as usize);
         while (bytes.len() as u64) < size {
-            let args = json!({ "path": path, "offset": bytes.len() });
-            let part = self.run(session, "read_part", args, false).await?;
+            let op = InternalOp::ReadPart {
+                path: path.to_string(),
+                offset: bytes.len() as u64,
+            };
+            let part = self.run(session, op, false).await?;
             let data = part.get("data").and_then(Value::as_str).unwrap_or_default();
             let decoded = base64::engine::general_purpose::STANDARD
                 .decode(data)
@@ -191,23 +190,32 @@ impl RouterFiles {
             Some(c) if c.len() > PART_BYTES => {
                 let id = format!("r{}-{change}", std::process::id());
                 for (seq, part) in c.chunks(PART_BYTES).enumerate() {
-                    let args = json!({ "upload": id, "seq": seq, "data": b64.encode(part) });
-                    self.run(session, "upload", args, false).await?;
+                    let op = InternalOp::Upload(Chunk {
+                        upload: id.clone(),
+                        seq: seq as u64,
+                        data: b64.encode(part),
+                        last: false,
+                    });
+                    self.run(session, op, false).await?;
                 }
                 Some(id)
             }
             _ => None,
         };
-        let args = json!({
-            "path": path,
-            "expect_hash": expect,
-            "content": if upload.is_some() { None } else { content.map(|c| b64.encode(c)) },
-            "upload": upload,
-            "mode": mode,
-            "target": target.flatten(),
-            "target_absent": target.is_some_and(|t| t.is_none()),
+        let op = InternalOp::Restore(Restore {
+            path: path.to_string(),
+            expect_hash: expect.map(str::to_string),
+            content: if upload.is_some() {
+                None
+            } else {
+                content.map(|c| b64.encode(c))
+            },
+            upload,
+            mode,
+            target: target.flatten().map(str::to_string),
+            target_absent: target.is_some_and(|t| t.is_none()),
         });
-        match self.run(session, "restore", args, true).await {
+        match self.run(session, op, true).await {
             Ok(data) => Ok(data.get("hash").and_then(Value::as_str).map(str::to_string)),
             Err(ToolError::Conflict(why)) => Err(ToolError::Conflict(why)),
             Err(e) => {
@@ -286,7 +294,7 @@ impl Recovery {
         if todo.is_empty() {
             return;
         }
-        let paths: Vec<&str> = todo.iter().map(|c| c.path.as_str()).collect();
+        let paths: Vec<String> = todo.iter().map(|c| c.path.clone()).collect();
         let session = todo[0].session.clone();
         let r = router
             .submit_on(
@@ -294,8 +302,7 @@ impl Recovery {
                 key.1,
                 job(
                     &session,
-                    "hashes",
-                    json!({ "paths": paths, "clean": true }),
+                    InternalOp::Hashes { paths, clean: true },
                     FILE_JOB,
                 ),
                 CancellationToken::new(),
@@ -339,19 +346,18 @@ impl Recovery {
 /// limit.
 pub(crate) const UPLOAD_CHUNK: usize = 4 << 20;
 
-/// Run the internal job `tool` for `session` in `lane`, bounded by `limit`.
+/// Run the internal job `op` for `session` in `lane`, bounded by `limit`.
 pub(crate) async fn internal(
     router: &Router,
     session: &str,
     lane: Lane,
-    tool: &str,
-    args: Value,
+    op: InternalOp,
     limit: Duration,
 ) -> Result<Value, ToolError> {
     let r = router
         .submit_with(
             lane,
-            job(session, tool, args, limit),
+            job(session, op, limit),
             CancellationToken::new(),
             Arc::new(|_| {}),
             true,
@@ -399,8 +405,11 @@ impl crate::Dispatcher {
         limit: Duration,
     ) -> Result<String, ToolError> {
         let router = self.remote_router("workspace import")?;
-        let args = json!({ "git": { "url": url, "rev": rev } });
-        let data = internal(router, session, Lane::Net, "hydrate", args, limit).await?;
+        let op = InternalOp::HydrateGit {
+            url: url.to_string(),
+            rev: rev.to_string(),
+        };
+        let data = internal(router, session, Lane::Net, op, limit).await?;
         Ok(data
             .get("head")
             .and_then(Value::as_str)
@@ -434,8 +443,13 @@ impl crate::Dispatcher {
                 0
             };
             let last = after == 0;
-            let args = json!({ "upload": upload, "seq": seq, "data": chunk, "last": last });
-            let data = internal(router, session, lane, "hydrate", args, limit).await?;
+            let op = InternalOp::HydrateChunk(Chunk {
+                upload: upload.clone(),
+                seq,
+                data: chunk,
+                last,
+            });
+            let data = internal(router, session, lane, op, limit).await?;
             if last {
                 return Ok(data.get("files").and_then(Value::as_u64).unwrap_or(0));
             }
@@ -476,8 +490,10 @@ impl crate::Dispatcher {
         limit: Duration,
     ) -> Result<Export, ToolError> {
         let router = self.remote_router("workspace export")?;
-        let args = json!({ "base": base });
-        let data = internal(router, session, self.file_lane(), "export", args, limit).await?;
+        let op = InternalOp::Export {
+            base: base.map(str::to_string),
+        };
+        let data = internal(router, session, self.file_lane(), op, limit).await?;
         if data.get("git") == Some(&Value::Bool(false)) {
             return self.export_journaled(session).await;
         }
@@ -554,16 +570,12 @@ impl crate::Dispatcher {
         len: u64,
     ) -> Result<(Vec<u8>, bool), ToolError> {
         let router = self.remote_router("reading a saved output")?;
-        let args = json!({ "name": name, "offset": offset, "len": len });
-        let data = internal(
-            router,
-            session,
-            self.file_lane(),
-            "spill_read",
-            args,
-            FILE_JOB,
-        )
-        .await?;
+        let op = InternalOp::SpillRead {
+            name: name.to_string(),
+            offset,
+            len,
+        };
+        let data = internal(router, session, self.file_lane(), op, FILE_JOB).await?;
         let bytes = data
             .get("content")
             .and_then(Value::as_str)

@@ -13,6 +13,9 @@ use crate::template::CommandTemplate;
 /// The default readiness timeout, in seconds.
 pub const DEFAULT_READY_TIMEOUT_S: u64 = 120;
 
+/// What a catalog with `[remote.kubernetes]` is told by a toolyard built without the link.
+pub const NEEDS_KUBE_BUILD: &str = "the catalog's [remote.kubernetes] needs a toolyard built with the Kubernetes link: `cargo build -p toolyard --features kube`; or reach the pods with [remote] command = [\"kubectl\", \"exec\", \"-i\", ...]";
+
 /// `[remote.kubernetes]`: one pod per session, from a Pod template or an agent-sandbox
 /// `SandboxClaim`; its runners are reached through the exec API.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,4 +34,4 @@ mod tree;
 pub use env::{EnvPolicy, ExecConfig, Terminal, hide_secrets_from_proc};
 pub use error::ExecError;
 pub use exec::{ExecOutcome, ExecProgress, ExecRequest, Ran, Running, Streams, run, run_or_answer};
-pub use tree::{FORCE_MECHANISM_ENV, tree_kill_mechanism};
+pub use tree::{FORCE_MECHANISM_ENV, pid_alive, tree_kill_mechanism};

@@ -58,6 +58,31 @@ pub fn tree_kill_mechanism() -> &'static str {
     mechanism().name()
 }
 
+/// Whether process `pid` is alive: it exists (one this process may not signal counts too) and
+/// has not exited (a zombie only waits for its parent to reap it).
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // 0 would name this process group, not a process.
+    if p <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    if unsafe { libc::kill(p, 0) } != 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        return false;
+    }
+    // Its state is the first field after the command name, which may hold `)` itself; a
+    // `/proc` this process cannot read leaves the answer to `kill`.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state != "Z")
+    })
+}
+
 pub(crate) fn mechanism() -> &'static Mechanism {
     MECHANISM.get_or_init(detect)
 }
@@ -825,4 +850,26 @@ pub(crate) fn own_cgroup_v2_dir() -> Option<PathBuf> {
         (right.split_whitespace().next()? == "cgroup2").then(|| left.split_whitespace().nth(4))?
     })?;
     Some(Path::new(mount).join(rel.trim_start_matches('/')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_is_alive_until_it_exits_and_a_zombie_counts_as_exited() {
+        assert!(pid_alive(std::process::id()));
+        assert!(!pid_alive(0));
+        assert!(!pid_alive(u32::MAX));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Exited and not reaped yet: a zombie, which `pid_alive` calls dead.
+        let state = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        while !state().contains(") Z ") {
+            std::thread::yield_now();
+        }
+        assert!(!pid_alive(pid));
+        child.wait().unwrap();
+        assert!(!pid_alive(pid));
+    }
 }

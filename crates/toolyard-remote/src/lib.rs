@@ -43,10 +43,7 @@ pub fn link_for(
     {
         let _ = (kube, catalog_path);
         Err(ToolError::InvalidArguments(
-            "the catalog's [remote.kubernetes] needs a toolyard built with the Kubernetes link: \
-             `cargo build -p toolyard --features kube`; or reach the pods with [remote] command = \
-             [\"kubectl\", \"exec\", \"-i\", ...]"
-                .into(),
+            toolyard_dispatch::remote_kube::NEEDS_KUBE_BUILD.into(),
         ))
     }
 }

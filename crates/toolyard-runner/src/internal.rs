@@ -1,8 +1,6 @@
 //! The runner's side of the internal jobs (see [`crate::protocol`]): what the server asks of
 //! this runner's workspace so that it never needs the files on its own disk. None is a model's
-//! tool: the dispatcher sends them in [`INTERNAL_DIALECT`], which no model call carries.
-//!
-//! [`INTERNAL_DIALECT`]: crate::protocol::INTERNAL_DIALECT
+//! tool: only the server builds an [`InternalOp`], and no model call carries one.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -11,14 +9,13 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use base64::Engine;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolyard_core::{ToolError, ToolResult};
 use toolyard_tools::ToolEnv;
 use toolyard_workspace::{Expect, RelPath, Workspace};
 
-use crate::protocol::PART_BYTES;
+use crate::protocol::{Chunk, InternalOp, PART_BYTES, Restore};
 
 /// The most bytes one `spill_read` answers.
 pub const MAX_SPILL_READ: u64 = 8 << 20;
@@ -47,41 +44,30 @@ fn answer(r: Result<Value, ToolError>) -> ToolResult {
     }
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(job: &str, args: Value) -> Result<T, ToolError> {
-    serde_json::from_value(args)
-        .map_err(|e| ToolError::InvalidArguments(format!("internal job {job}: {e}")))
-}
-
 impl Internal {
-    /// Run the internal job `tool` with `args` in `env`'s workspace.
+    /// Run the internal job `op` in `env`'s workspace.
     pub(crate) async fn run(
         &self,
         env: &ToolEnv,
-        tool: &str,
-        args: Value,
+        op: InternalOp,
         timeout: Duration,
         cancel: &CancellationToken,
     ) -> ToolResult {
         let ws = env.workspace.as_ref();
-        let r = match tool {
-            "read_state" => parse(tool, args).and_then(|a| read_state(ws, a)),
-            "read_part" => parse(tool, args).and_then(|a| read_part(ws, a)),
-            "upload" => parse(tool, args).and_then(|c| self.append(c).map(|_| json!({}))),
-            "restore" => parse(tool, args).and_then(|a| self.restore(ws, a)),
-            "hashes" => parse(tool, args).and_then(|a| hashes(ws, a)),
-            "spill_read" => parse(tool, args).and_then(|a| spill_read(&env.state.outputs_dir(), a)),
-            "hydrate" => match parse::<HydrateArgs>(tool, args) {
-                Ok(HydrateArgs::Git { git }) => hydrate_git(ws.root(), git, timeout, cancel).await,
-                Ok(HydrateArgs::Chunk(c)) => self.hydrate_chunk(ws.root(), c),
-                Err(e) => Err(e),
-            },
-            "export" => match parse(tool, args) {
-                Ok(a) => export(ws.root(), a, timeout, cancel).await,
-                Err(e) => Err(e),
-            },
-            other => Err(ToolError::NotFound(format!(
-                "this runner has no internal job `{other}`; install the same toolyard release on both sides"
-            ))),
+        let r = match op {
+            InternalOp::ReadState { path, max } => read_state(ws, &path, max),
+            InternalOp::ReadPart { path, offset } => read_part(ws, &path, offset),
+            InternalOp::Upload(c) => self.append(c).map(|_| json!({})),
+            InternalOp::Restore(a) => self.restore(ws, a),
+            InternalOp::Hashes { paths, clean } => hashes(ws, &paths, clean),
+            InternalOp::SpillRead { name, offset, len } => {
+                spill_read(&env.state.outputs_dir(), &name, offset, len)
+            }
+            InternalOp::HydrateGit { url, rev } => {
+                hydrate_git(ws.root(), GitSource { url, rev }, timeout, cancel).await
+            }
+            InternalOp::HydrateChunk(c) => self.hydrate_chunk(ws.root(), c),
+            InternalOp::Export { base } => export(ws.root(), base, timeout, cancel).await,
         };
         answer(r)
     }
@@ -91,37 +77,19 @@ fn rel(ws: &Workspace, path: &str) -> Result<RelPath, ToolError> {
     ws.relative(path, ws.root())
 }
 
-#[derive(Deserialize)]
-struct StateArgs {
-    path: String,
-    /// The most content bytes to answer with; past it only the size, hash and mode.
-    #[serde(default = "part_bytes")]
-    max: usize,
-}
-
-fn part_bytes() -> usize {
-    PART_BYTES
-}
-
 /// `read_state {path, max}`: the bytes and mode, or absent (as a journal pre-image); a file
 /// over `max` bytes answers its size instead of its bytes, to read with `read_part`.
-fn read_state(ws: &Workspace, a: StateArgs) -> Result<Value, ToolError> {
-    let pre = crate::pre_image::pre_image_state(ws, &rel(ws, &a.path)?, a.max.min(PART_BYTES))?;
+fn read_state(ws: &Workspace, path: &str, max: usize) -> Result<Value, ToolError> {
+    let pre = crate::pre_image::pre_image_state(ws, &rel(ws, path)?, max.min(PART_BYTES))?;
     serde_json::to_value(pre).map_err(ToolError::from)
 }
 
-#[derive(Deserialize)]
-struct PartArgs {
-    path: String,
-    offset: u64,
-}
-
 /// `read_part {path, offset}`: up to a line's worth of the file's bytes from `offset`.
-fn read_part(ws: &Workspace, a: PartArgs) -> Result<Value, ToolError> {
-    let path = rel(ws, &a.path)?;
+fn read_part(ws: &Workspace, path: &str, offset: u64) -> Result<Value, ToolError> {
+    let path = rel(ws, path)?;
     let io = |e: std::io::Error| ws.map_err(e, &path);
     let mut file = ws.open_file(&path)?;
-    file.seek(SeekFrom::Start(a.offset)).map_err(io)?;
+    file.seek(SeekFrom::Start(offset)).map_err(io)?;
     let mut bytes = Vec::with_capacity(PART_BYTES);
     file.take(PART_BYTES as u64)
         .read_to_end(&mut bytes)
@@ -129,27 +97,9 @@ fn read_part(ws: &Workspace, a: PartArgs) -> Result<Value, ToolError> {
     Ok(json!({ "data": b64().encode(&bytes) }))
 }
 
-#[derive(Deserialize)]
-struct RestoreArgs {
-    path: String,
-    expect_hash: Option<String>,
-    content: Option<String>,
-    /// The content was sent ahead with `upload` jobs (too large for one line).
-    #[serde(default)]
-    upload: Option<String>,
-    mode: Option<u32>,
-    /// The state hash to restore when it may be a symlink or a directory (an undo of a
-    /// command's change): `content` is then a symlink's target, `expect_hash` a state hash.
-    #[serde(default)]
-    target: Option<String>,
-    /// `target` is set and means "absent" (a creation undone).
-    #[serde(default)]
-    target_absent: bool,
-}
-
 impl Internal {
     /// `restore`: a compare-and-swap write (or, with no content, removal) of one file.
-    fn restore(&self, ws: &Workspace, a: RestoreArgs) -> Result<Value, ToolError> {
+    fn restore(&self, ws: &Workspace, a: Restore) -> Result<Value, ToolError> {
         let content = match (&a.upload, &a.content) {
             (Some(upload), _) => {
                 let file = self.take_upload(upload)?;
@@ -170,7 +120,7 @@ impl Internal {
 }
 
 /// Write `content` to `a.path` (remove it when `None`) if its hash is still `a.expect_hash`.
-fn restore(ws: &Workspace, a: &RestoreArgs, content: Option<Vec<u8>>) -> Result<Value, ToolError> {
+fn restore(ws: &Workspace, a: &Restore, content: Option<Vec<u8>>) -> Result<Value, ToolError> {
     let path = rel(ws, &a.path)?;
     if a.target.is_some() || a.target_absent {
         let target = a.target.as_deref().filter(|_| !a.target_absent);
@@ -229,25 +179,17 @@ fn restore(ws: &Workspace, a: &RestoreArgs, content: Option<Vec<u8>>) -> Result<
     }
 }
 
-#[derive(Deserialize)]
-struct HashesArgs {
-    paths: Vec<String>,
-    #[serde(default)]
-    clean: bool,
-}
-
 /// `hashes`: each path's current hash (`{"hash": h|null}`) or why it cannot be read
 /// (`{"error": ..}`), in order.
-fn hashes(ws: &Workspace, a: HashesArgs) -> Result<Value, ToolError> {
-    let rows: Vec<Value> = a
-        .paths
+fn hashes(ws: &Workspace, paths: &[String], clean: bool) -> Result<Value, ToolError> {
+    let rows: Vec<Value> = paths
         .iter()
         .map(|p| {
             let row = match rel(ws, p).and_then(|r| ws.hash_of(&r)) {
                 Ok(h) => json!({ "hash": h }),
                 Err(e) => json!({ "error": e.to_string() }),
             };
-            if a.clean {
+            if clean {
                 toolyard_records::remove_stale_temps(ws, p);
             }
             row
@@ -256,69 +198,42 @@ fn hashes(ws: &Workspace, a: HashesArgs) -> Result<Value, ToolError> {
     Ok(json!({ "hashes": rows }))
 }
 
-#[derive(Deserialize)]
-struct SpillArgs {
-    name: String,
-    #[serde(default)]
-    offset: u64,
-    len: u64,
-}
-
 /// `spill_read`: bytes `offset..offset+len` of `outputs/NAME`.
-fn spill_read(dir: &Path, a: SpillArgs) -> Result<Value, ToolError> {
-    let plain = !a.name.is_empty()
-        && a.name != "."
-        && a.name != ".."
-        && !a.name.contains('/')
-        && !a.name.contains('\0');
+fn spill_read(dir: &Path, name: &str, offset: u64, len: u64) -> Result<Value, ToolError> {
+    let plain = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.contains('\0');
     if !plain {
         return Err(ToolError::InvalidArguments(format!(
             "spill_read: `{}` is not the name of a saved output (a file name, no directories)",
-            a.name
+            name
         )));
     }
-    let path = dir.join(&a.name);
+    let path = dir.join(name);
     let mut file = std::fs::File::open(&path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => ToolError::NotFound(format!(
             "no saved output `{}` on the runner (outputs are pruned after a day)",
-            a.name
+            name
         )),
         _ => ToolError::Io(format!("{}: {e}", path.display())),
     })?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    file.seek(SeekFrom::Start(a.offset))
+    file.seek(SeekFrom::Start(offset))
         .map_err(|e| ToolError::Io(format!("{}: {e}", path.display())))?;
     let mut bytes = Vec::new();
-    file.take(a.len.min(MAX_SPILL_READ))
+    file.take(len.min(MAX_SPILL_READ))
         .read_to_end(&mut bytes)
         .map_err(|e| ToolError::Io(format!("{}: {e}", path.display())))?;
-    let end = a.offset.saturating_add(bytes.len() as u64);
+    let end = offset.saturating_add(bytes.len() as u64);
     Ok(json!({ "content": b64().encode(&bytes), "size": size, "eof": end >= size }))
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum HydrateArgs {
-    Git { git: GitSource },
-    Chunk(Chunk),
-}
-
 /// A git revision to check out.
-#[derive(Deserialize)]
 struct GitSource {
     url: String,
     rev: String,
-}
-
-/// One piece of a tar archive.
-#[derive(Deserialize)]
-struct Chunk {
-    upload: String,
-    seq: u64,
-    data: String,
-    /// The last chunk of a `hydrate` archive (an `upload` part ends with its `restore`).
-    #[serde(default)]
-    last: bool,
 }
 
 /// Run git in `root`, bounded by `timeout` and `cancel`; its stdout, or an error with its stderr.
@@ -361,8 +276,8 @@ async fn git(
     }
 }
 
-/// `hydrate {git}`: clone `url` into an empty workspace (or fetch it into a git checkout) and
-/// check out `rev` detached; [`BASE_REF`] then names it for `export`.
+/// `hydrate_git {url, rev}`: clone `url` into an empty workspace (or fetch it into a git
+/// checkout) and check out `rev` detached; [`BASE_REF`] then names it for `export`.
 async fn hydrate_git(
     root: &Path,
     src: GitSource,
@@ -464,7 +379,7 @@ async fn hydrate_git(
 }
 
 impl Internal {
-    /// `upload {upload, seq, data}` (and each `hydrate` chunk): append part `seq` of an upload
+    /// `upload {upload, seq, data}` (and each `hydrate_chunk`): append part `seq` of an upload
     /// to its file in the runner's temp dir; parts come in order from 0. The file's path.
     fn append(&self, c: Chunk) -> Result<PathBuf, ToolError> {
         let safe = !c.upload.is_empty()
@@ -514,7 +429,7 @@ impl Internal {
         })
     }
 
-    /// `hydrate {upload, seq, data, last}`: append a chunk of a tar archive; the last one
+    /// `hydrate_chunk {upload, seq, data, last}`: append a chunk of a tar archive; the last one
     /// unpacks it over the workspace.
     fn hydrate_chunk(&self, root: &Path, c: Chunk) -> Result<Value, ToolError> {
         let (seq, last, upload) = (c.seq, c.last, c.upload.clone());
@@ -556,16 +471,11 @@ fn unpack(archive: &Path, root: &Path) -> Result<u64, ToolError> {
     Ok(n)
 }
 
-#[derive(Deserialize)]
-struct ExportArgs {
-    base: Option<String>,
-}
-
 /// `export {base}`: `git diff --binary` of the working tree (untracked files included, the
 /// real index untouched) against `base`, else the hydrated base, else `HEAD`.
 async fn export(
     root: &Path,
-    a: ExportArgs,
+    base: Option<String>,
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> Result<Value, ToolError> {
@@ -573,7 +483,7 @@ async fn export(
         // The server diffs the journaled files instead.
         return Ok(json!({ "git": false }));
     }
-    let base = match a.base {
+    let base = match base {
         Some(b) if b.starts_with('-') => {
             return Err(ToolError::InvalidArguments(format!(
                 "export: the base `{b}` must not start with `-`"

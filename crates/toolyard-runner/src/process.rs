@@ -24,8 +24,8 @@ use toolyard_workspace::{RelPath, StateDir, Workspace, flock};
 
 use crate::pre_image::file_state;
 use crate::protocol::{
-    FromRunner, Hello, INTERNAL_DIALECT, Job, LineReader, MAX_LINE_BYTES, MISSED_PINGS, PART_BYTES,
-    PROTOCOL_VERSION, PreImageWire, RecordOp, Reply, ToRunner, encode,
+    FromRunner, Hello, Job, LineReader, MAX_LINE_BYTES, MISSED_PINGS, PART_BYTES, PROTOCOL_VERSION,
+    PreImageWire, RecordOp, Reply, ToRunner, encode,
 };
 
 /// How long a runner waits for the router's hello after saying it is ready.
@@ -267,7 +267,9 @@ fn sweep_temp_dirs(tmp: &Path) {
         let Ok(dir) = File::open(&path) else {
             continue;
         };
-        if !matches!(flock(&dir, libc::LOCK_EX | libc::LOCK_NB), Ok(true)) || pid_alive(pid) {
+        if !matches!(flock(&dir, libc::LOCK_EX | libc::LOCK_NB), Ok(true))
+            || toolyard_exec::pid_alive(pid)
+        {
             continue;
         }
         empty_dir(&path);
@@ -285,18 +287,6 @@ fn runner_pid(name: &str) -> Option<u32> {
     let (lane, pid) = name.rsplit_once('-')?;
     lane.parse::<Lane>().ok()?;
     pid.parse::<u32>().ok().filter(|p| *p > 0)
-}
-
-/// Whether a process `pid` exists (one this process may not signal counts too).
-fn pid_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
-    if unsafe { libc::kill(pid, 0) } == 0 {
-        return true;
-    }
-    std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Remove everything inside `dir` (never following links), making read-only directories
@@ -578,25 +568,39 @@ async fn serve(
         let msg: ToRunner = match serde_json::from_str(&line) {
             Ok(m) => m,
             Err(e) => {
+                // A job this runner cannot read (say, an internal operation of another
+                // release) is answered, not left to the server's time limit.
+                if let Some(id) = job_id(&line) {
+                    let e = ToolError::NotFound(format!(
+                        "this runner cannot read the job ({e}); install the same toolyard release on both sides"
+                    ));
+                    let _ = out.try_send(FromRunner::Result {
+                        id,
+                        result: e.into(),
+                    });
+                }
                 tracing::warn!(%e, "runner: ignoring a malformed line");
                 continue;
             }
         };
         match msg {
-            ToRunner::Job(job) if job.dialect == INTERNAL_DIALECT => {
+            ToRunner::Job(Job {
+                id,
+                timeout_ms,
+                internal: Some(op),
+                ..
+            }) => {
                 // The server's own jobs take no slot: an undo_edit holding the lane's last
                 // slot waits on the restore it asked for.
                 let cancel = CancellationToken::new();
-                jobs.lock().await.insert(job.id.clone(), cancel.clone());
+                jobs.lock().await.insert(id.clone(), cancel.clone());
                 let (out, env, jobs, internal) =
                     (out.clone(), env.clone(), jobs.clone(), internal.clone());
                 tokio::spawn(async move {
-                    let timeout = Duration::from_millis(job.timeout_ms.max(1));
-                    let result = internal
-                        .run(&env, &job.tool, job.args, timeout, &cancel)
-                        .await;
-                    jobs.lock().await.remove(&job.id);
-                    let _ = out.send(FromRunner::Result { id: job.id, result }).await;
+                    let timeout = Duration::from_millis(timeout_ms.max(1));
+                    let result = internal.run(&env, *op, timeout, &cancel).await;
+                    jobs.lock().await.remove(&id);
+                    let _ = out.send(FromRunner::Result { id, result }).await;
                 });
             }
             ToRunner::Job(job) => {
@@ -681,6 +685,15 @@ async fn write_out(mut rx: mpsc::Receiver<FromRunner>, frame: Arc<AtomicUsize>) 
     }
 }
 
+/// The id of a job line that did not parse as a job, when it has one.
+fn job_id(line: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    if v.get("type")?.as_str()? != "job" {
+        return None;
+    }
+    Some(v.get("id")?.as_str()?.to_string())
+}
+
 async fn run_job(
     tools: &HashMap<(String, String), Arc<dyn Tool>>,
     env: &Arc<ToolEnv>,
@@ -732,6 +745,15 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     use super::*;
+
+    #[test]
+    fn a_job_line_this_runner_cannot_read_still_names_its_job() {
+        let future = r#"{"type":"job","id":"7","session":"s","call_id":"c","dialect":"","tool":"x","args":null,"timeout_ms":1,"max_timeout_ms":1,"max_output_bytes":1,"internal":{"op":"from_a_newer_release"}}"#;
+        assert!(serde_json::from_str::<ToRunner>(future).is_err());
+        assert_eq!(job_id(future).as_deref(), Some("7"));
+        assert_eq!(job_id(r#"{"type":"ping","seq":"x"}"#), None);
+        assert_eq!(job_id("not json"), None);
+    }
 
     /// The pid of a process that has exited (and been reaped).
     fn dead_pid() -> u32 {

@@ -24,26 +24,15 @@
 //!   state, so it asks the router to record reads, check and record writes, journal, and undo
 //!   (`undo_last`, anthropic's `undo_edit`; answered `{"undone":[UndoOutcome, ...]}`).
 //!
-//! Internal jobs (dialect [`INTERNAL_DIALECT`], never a model's tool): what the server asks of
-//! a remote runner's workspace, so that it never needs the files on its own disk. Each answers
-//! a result whose `data` holds what it found, or `{"internal_error": ToolError}`.
-//! - `read_state {path}`: the file's bytes (base64) and mode, or absent (undo reads it first);
-//! - `restore {path, expect_hash, content, mode}`: write `content` (absent: remove), atomically,
-//!   only if the file's hash is `expect_hash` (absent: only if it is absent); answers `hash`;
-//! - `hashes {paths, clean}`: each path's hash or null (recovery; `clean` removes the temp files
-//!   a killed write left beside them);
-//! - `spill_read {name, offset, len}`: a slice of a saved command output (`outputs/NAME`);
-//! - `hydrate {git: {url, rev}}` / `hydrate {upload, seq, data, last}`: bring a workspace in,
-//!   from a git revision or a tar archive sent in chunks;
-//! - `export {base}`: the workspace's changes as a patch (git checkouts only).
+//! Internal jobs (a job whose `internal` holds an [`InternalOp`], never a model's tool): what
+//! the server asks of a remote runner's workspace, so that it never needs the files on its own
+//! disk. Each answers a result whose `data` holds what it found, or
+//! `{"internal_error": ToolError}`. The operations are the variants of [`InternalOp`], tagged
+//! `op` on the wire: `{"type":"job",..,"internal":{"op":"read_state","path":"src/a.rs"}}`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolyard_core::{Progress, ToolResult};
-
-/// The dialect of the internal jobs (see the module docs): the dispatcher never gives a
-/// model's call this dialect, so a model cannot reach them.
-pub const INTERNAL_DIALECT: &str = "internal";
 
 /// The version of this protocol. 1 was the unversioned protocol before the hello (a runner of
 /// it sends a `ready` without `proto`).
@@ -142,6 +131,11 @@ pub struct Job {
     pub max_timeout_ms: u64,
     /// Output limit.
     pub max_output_bytes: u64,
+    /// The server's own operation on the runner's workspace, run instead of a tool (its
+    /// `dialect` and `tool` then only name it in logs). Only the server builds one
+    /// ([`Job::internal`]): no model's call carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal: Option<Box<InternalOp>>,
 }
 
 impl Job {
@@ -163,7 +157,16 @@ impl Job {
             timeout_ms: 0,
             max_timeout_ms: 0,
             max_output_bytes: toolyard_core::DEFAULT_MAX_OUTPUT_BYTES,
+            internal: None,
         }
+    }
+
+    /// An internal job in `session` (see [`InternalOp`]), with no time yet ([`Job::within`]).
+    pub fn internal(session: &str, op: InternalOp) -> Self {
+        let call_id = format!("{}-{}", std::process::id(), op.name());
+        let mut job = Job::for_call(session, call_id, ("", op.name()), Value::Null);
+        job.internal = Some(Box::new(op));
+        job
     }
 
     /// This job with its time limit `timeout`, its ceiling `max_timeout_ms` and its output
@@ -179,6 +182,125 @@ impl Job {
         self.max_output_bytes = max_output_bytes;
         self
     }
+}
+
+/// An internal job's operation: what the server asks of a remote runner's workspace. A new
+/// operation is a variant here and its arm in the runner's one match (`internal.rs`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum InternalOp {
+    /// The file's bytes (base64) and mode, or absent (as a journal pre-image; undo reads it
+    /// first); a file over `max` bytes answers its size, hash and mode instead of its bytes,
+    /// to read with [`InternalOp::ReadPart`].
+    ReadState {
+        /// The file, relative to the workspace.
+        path: String,
+        /// The most content bytes to answer with.
+        #[serde(default = "part_bytes")]
+        max: usize,
+    },
+    /// Up to [`PART_BYTES`] of the file's bytes from `offset`.
+    ReadPart {
+        /// The file, relative to the workspace.
+        path: String,
+        /// Where to start.
+        offset: u64,
+    },
+    /// Part `seq` of an upload (content too large for one line), appended to its file in the
+    /// runner's temp dir; a [`InternalOp::Restore`] names it when it is complete.
+    Upload(Chunk),
+    /// A compare-and-swap write (or, with no content, removal) of one file; answers `hash`.
+    Restore(Restore),
+    /// Each path's hash or null, or why it cannot be read (recovery).
+    Hashes {
+        /// The files, relative to the workspace.
+        paths: Vec<String>,
+        /// Also remove the temp files a killed write left beside them.
+        #[serde(default)]
+        clean: bool,
+    },
+    /// A slice of a saved command output (`outputs/NAME`).
+    SpillRead {
+        /// The output's file name.
+        name: String,
+        /// Where to start.
+        #[serde(default)]
+        offset: u64,
+        /// How many bytes (at most 8 MiB).
+        len: u64,
+    },
+    /// Bring a workspace in from a git revision: clone (or fetch) and check it out detached.
+    HydrateGit {
+        /// A URL or a path where the runner runs.
+        url: String,
+        /// A commit, tag or branch.
+        rev: String,
+    },
+    /// Bring a workspace in from a tar archive sent in chunks: the last one unpacks it.
+    HydrateChunk(Chunk),
+    /// The workspace's changes as a patch (git checkouts only).
+    Export {
+        /// What to diff against (else the hydrated revision, else `HEAD`).
+        base: Option<String>,
+    },
+}
+
+impl InternalOp {
+    /// The operation's name, as the wire tags it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            InternalOp::ReadState { .. } => "read_state",
+            InternalOp::ReadPart { .. } => "read_part",
+            InternalOp::Upload(_) => "upload",
+            InternalOp::Restore(_) => "restore",
+            InternalOp::Hashes { .. } => "hashes",
+            InternalOp::SpillRead { .. } => "spill_read",
+            InternalOp::HydrateGit { .. } => "hydrate_git",
+            InternalOp::HydrateChunk(_) => "hydrate_chunk",
+            InternalOp::Export { .. } => "export",
+        }
+    }
+}
+
+fn part_bytes() -> usize {
+    PART_BYTES
+}
+
+/// One piece of an upload or of a `hydrate` archive (base64), in order from 0.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Chunk {
+    /// The upload's id: 1 to 64 letters, digits, `-` or `_`.
+    pub upload: String,
+    /// The piece's number.
+    pub seq: u64,
+    /// The piece, base64.
+    pub data: String,
+    /// The last piece of a `hydrate` archive (an upload ends with its restore instead).
+    #[serde(default)]
+    pub last: bool,
+}
+
+/// The arguments of [`InternalOp::Restore`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Restore {
+    /// The file, relative to the workspace.
+    pub path: String,
+    /// The hash the file must have now (absent: the file must be absent).
+    pub expect_hash: Option<String>,
+    /// The content to write, base64 (absent, and no `upload`: remove the file).
+    pub content: Option<String>,
+    /// The content was sent ahead with [`InternalOp::Upload`] jobs (too large for one line).
+    #[serde(default)]
+    pub upload: Option<String>,
+    /// The mode to give it.
+    pub mode: Option<u32>,
+    /// The state hash to restore when it may be a symlink or a directory (an undo of a
+    /// command's change): `content` is then a symlink's target, `expect_hash` a state hash.
+    #[serde(default)]
+    pub target: Option<String>,
+    /// `target` is set and means "absent" (a creation undone).
+    #[serde(default)]
+    pub target_absent: bool,
 }
 
 /// A message from a runner.
@@ -381,6 +503,36 @@ mod line_tests {
                 .unwrap()
                 .ends_with(b"\n")
         );
+    }
+
+    #[test]
+    fn an_internal_job_carries_its_typed_op_and_a_tool_job_none() {
+        let job = Job::internal(
+            "s",
+            InternalOp::ReadPart {
+                path: "a.rs".into(),
+                offset: 3,
+            },
+        );
+        let line = serde_json::to_string(&ToRunner::Job(job)).unwrap();
+        assert!(
+            line.contains(r#""internal":{"op":"read_part","path":"a.rs","offset":3}"#),
+            "{line}"
+        );
+        let back: ToRunner = serde_json::from_str(&line).unwrap();
+        let ToRunner::Job(Job {
+            internal: Some(op), ..
+        }) = back
+        else {
+            panic!("not an internal job: {line}");
+        };
+        assert!(matches!(*op, InternalOp::ReadPart { offset: 3, .. }));
+        // A model's call: the same line as before internal jobs were typed.
+        let tool: ToRunner = serde_json::from_str(
+            r#"{"type":"job","id":"1","session":"s","call_id":"c1","dialect":"loopr","tool":"grep","args":{},"timeout_ms":1,"max_timeout_ms":1,"max_output_bytes":1}"#,
+        )
+        .unwrap();
+        assert!(matches!(tool, ToRunner::Job(Job { internal: None, .. })));
     }
 
     #[tokio::test]

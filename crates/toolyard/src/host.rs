@@ -48,7 +48,6 @@ use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::ToolResult;
 use toolyard_dispatch::{CallRequest, Dispatcher};
-use toolyard_exec::background::ProcessesConfig;
 
 use crate::Common;
 
@@ -236,7 +235,7 @@ impl HostsDir {
     /// The record of a host that is gone without clearing it: it was killed or crashed.
     fn dead_record(&self, key: &str) -> Option<Record> {
         self.read_record(key)
-            .filter(|r| r.pid != std::process::id() && !alive(r.pid))
+            .filter(|r| r.pid != std::process::id() && !toolyard_exec::pid_alive(r.pid))
     }
 
     /// Replace the record whole: a fresh temporary file renamed over it.
@@ -284,17 +283,6 @@ fn socket_name(key: &str) -> String {
 
 fn record_name(key: &str) -> String {
     format!("{key}.json")
-}
-
-fn alive(pid: u32) -> bool {
-    // A zombie has exited: only its parent has not reaped it yet.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .and_then(|(_, r)| r.split_whitespace().next().map(|st| st != "Z"))
-        })
-        .unwrap_or(false)
 }
 
 /// Whether the peer of `stream` may be trusted as the other end of a host connection (a client
@@ -683,13 +671,12 @@ async fn serve(args: HostArgs) -> Result<i32> {
         }
         tracing::warn!(pid = dead.pid, lost = ?record.lost, "session host: the previous host was killed; its processes are lost");
     }
-    let limits: ProcessesConfig = d.config().catalog.section("processes")?;
     let host = Arc::new(Host {
         dispatcher: d.clone(),
         hosts,
         key: key.clone(),
         state_dir: d.env().state.path().to_path_buf(),
-        idle: Duration::from_secs(limits.idle_timeout_s),
+        idle: d.sections().idle_timeout(),
         inner: Mutex::new(Inner {
             sessions: HashMap::new(),
             stateful: HashSet::new(),
