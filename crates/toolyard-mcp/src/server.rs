@@ -204,6 +204,8 @@ where
 {
     let tool = request.name.to_string();
     let arguments = request.arguments.unwrap_or_default();
+    // What an approver's question is asked about, kept only when there is one.
+    let asked_about = approver.as_ref().map(|_| arguments.clone());
     let (reports, mut rx) = match &progress {
         Some(_) => {
             let (tx, rx) = mpsc::unbounded_channel::<Progress>();
@@ -218,7 +220,7 @@ where
     let call = CallRequest {
         session,
         tool: tool.clone(),
-        args: Value::Object(arguments.clone()),
+        args: Value::Object(arguments),
         cancel,
         progress: reports,
         approver: approver.as_ref().map(approve::shared),
@@ -242,7 +244,8 @@ where
         }
         _ => run.await,
     };
-    if let Some(ask) = approver.and_then(|a| a.input_required(&shared.open_asks, &tool, &arguments))
+    if let (Some(approver), Some(args)) = (approver, asked_about)
+        && let Some(ask) = approver.input_required(&shared.open_asks, &tool, &args)
     {
         return ask.into();
     }
