@@ -469,6 +469,10 @@ impl ReadFile {
         let mut carried = head_len;
         buf[..head_len].copy_from_slice(&head[..head_len]);
         loop {
+            // A huge file is read whole (for its hash): a cancelled call stops here.
+            if ctx.cancel.is_cancelled() {
+                return Err(ToolError::Cancelled);
+            }
             let n = carried
                 + file
                     .read(&mut buf[carried..])
