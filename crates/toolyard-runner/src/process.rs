@@ -472,6 +472,20 @@ fn hello_of(line: Option<&str>) -> Result<Hello, String> {
     }
 }
 
+/// A runner's tools, by dialect and name.
+type Tools = HashMap<(String, String), Arc<dyn Tool>>;
+
+/// Every dialect's tools on `env`.
+fn every_tool(env: &Arc<ToolEnv>) -> Result<Tools, ToolError> {
+    let mut tools = Tools::new();
+    for dialect in Dialect::ALL {
+        for t in toolyard_dialects::tools(env, dialect)? {
+            tools.insert((dialect.to_string(), t.tool.name().to_string()), t.tool);
+        }
+    }
+    Ok(tools)
+}
+
 async fn serve(
     lane: Lane,
     root: PathBuf,
@@ -498,13 +512,7 @@ async fn serve(
         records.clone(),
     )?);
     let _ = records.workspace.set(env.workspace.clone());
-    let mut tools: HashMap<(String, String), Arc<dyn Tool>> = HashMap::new();
-    for dialect in Dialect::ALL {
-        for t in toolyard_dialects::tools(&env, dialect)? {
-            tools.insert((dialect.to_string(), t.tool.name().to_string()), t.tool);
-        }
-    }
-    let tools = Arc::new(tools);
+    let tools = Arc::new(every_tool(&env)?);
     let slots = Arc::new(Semaphore::new(slots.max(1)));
     let jobs: Arc<Mutex<HashMap<String, CancellationToken>>> = Arc::default();
     let internal = Arc::new(crate::internal::Internal::default());
@@ -565,23 +573,8 @@ async fn serve(
         };
         let Some(line) = line else { break };
         heard = tokio::time::Instant::now();
-        let msg: ToRunner = match serde_json::from_str(&line) {
-            Ok(m) => m,
-            Err(e) => {
-                // A job this runner cannot read (say, an internal operation of another
-                // release) is answered, not left to the server's time limit.
-                if let Some(id) = job_id(&line) {
-                    let e = ToolError::NotFound(format!(
-                        "this runner cannot read the job ({e}); install the same toolyard release on both sides"
-                    ));
-                    let _ = out.try_send(FromRunner::Result {
-                        id,
-                        result: e.into(),
-                    });
-                }
-                tracing::warn!(%e, "runner: ignoring a malformed line");
-                continue;
-            }
+        let Some(msg) = read_message(&line, &out) else {
+            continue;
         };
         match msg {
             ToRunner::Job(Job {
@@ -685,6 +678,27 @@ async fn write_out(mut rx: mpsc::Receiver<FromRunner>, frame: Arc<AtomicUsize>) 
     }
 }
 
+/// The message on `line`, or `None` (logged) when it is not one; a job line this runner cannot
+/// read (say, an internal operation of another release) is answered at once, not left to the
+/// server's time limit.
+fn read_message(line: &str, out: &Out) -> Option<ToRunner> {
+    let e = match serde_json::from_str(line) {
+        Ok(m) => return Some(m),
+        Err(e) => e,
+    };
+    if let Some(id) = job_id(line) {
+        let e = ToolError::NotFound(format!(
+            "this runner cannot read the job ({e}); install the same toolyard release on both sides"
+        ));
+        let _ = out.try_send(FromRunner::Result {
+            id,
+            result: e.into(),
+        });
+    }
+    tracing::warn!(%e, "runner: ignoring a malformed line");
+    None
+}
+
 /// The id of a job line that did not parse as a job, when it has one.
 fn job_id(line: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
@@ -695,7 +709,7 @@ fn job_id(line: &str) -> Option<String> {
 }
 
 async fn run_job(
-    tools: &HashMap<(String, String), Arc<dyn Tool>>,
+    tools: &Tools,
     env: &Arc<ToolEnv>,
     job: Job,
     cancel: CancellationToken,
