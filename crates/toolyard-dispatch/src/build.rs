@@ -60,7 +60,7 @@ impl DispatcherBuilder {
     pub fn build(self) -> Result<Dispatcher, ToolError> {
         let config = self.config;
         // Every section now, so a mistake fails the start, not the first call that reads it.
-        let sections = crate::check::checked(&config.catalog).map_err(invalid)?;
+        let sections = crate::check_catalog(&config.catalog).map_err(invalid)?;
         let remote = remote_link(&config, &sections.remote, self.link)?;
         let env = Arc::new(open_env(&config, &sections, remote.as_deref())?);
         let tools = served_tools(&config, &env)?;

@@ -8,13 +8,9 @@ use crate::config::Config;
 
 /// Check every section of `catalog` (each in [`Config::SECTIONS`]) and what holds across
 /// them (the policy's patterns, the idle timeout, one link); the error lists every mistake
-/// found, one a line. The tools and profiles were checked when it was parsed.
-pub fn check_catalog(catalog: &Catalog) -> Result<(), CatalogError> {
-    checked(catalog).map(drop)
-}
-
-/// [`check_catalog`], and the sections it parsed.
-pub(crate) fn checked(catalog: &Catalog) -> Result<Config, CatalogError> {
+/// found, one a line. The tools and profiles were checked when it was parsed. Returns the
+/// sections, parsed.
+pub fn check_catalog(catalog: &Catalog) -> Result<Config, CatalogError> {
     let parsed = Config::parse(catalog);
     let mut messages = parsed.errors.clone();
     // A policy that deserializes can still hold a pattern that does not compile.

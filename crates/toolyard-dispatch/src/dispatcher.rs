@@ -298,8 +298,8 @@ impl Dispatcher {
         })
     }
 
-    /// Whether a call of `tool` with `args` may run on its transport's own thread
-    /// ([`Self::call_here`]): no hooks around calls (they start processes), and placed in this
+    /// Whether a call of `tool` with `args` may run on its transport's own thread (driven
+    /// there with `block_on`): no hooks around calls (they start processes), and placed in this
     /// process on the request's own thread ([`Placement::InServer`] `inline`), as when the
     /// call is `alone` (the client has nothing else waiting) or not. The stdio front door asks
     /// this of each request it reads.
@@ -324,13 +324,6 @@ impl Dispatcher {
             placer.place(entry, self.spec(entry), "", &args),
             Ok(Placement::InServer { inline: true })
         )
-    }
-
-    /// Run one call on the calling thread, which must not be a worker of `runtime` (a
-    /// transport's own thread): the call takes the one path of [`Self::call`], and a call
-    /// placed inline runs right here, with no hand-off between threads.
-    pub fn call_here(&self, runtime: &tokio::runtime::Handle, req: CallRequest) -> ToolResult {
-        runtime.block_on(self.call(req))
     }
 
     /// Where calls go, as of now.

@@ -8,14 +8,13 @@ use anyhow::{Context, Result};
 use toolyard_dialects::Dialect;
 
 use crate::{
-    CheckArgs, Common, DoctorArgs, dispatcher_with_state, is_remote, load_catalog, runtime,
+    CheckArgs, Common, DoctorArgs, dispatcher_with_state, is_remote, load_config, runtime,
 };
 
 pub(crate) fn check_command(args: CheckArgs) -> Result<ExitCode> {
-    use toolyard_policy::{CommandPolicy, Decision, PolicyConfig};
-    let catalog = load_catalog(args.catalog.as_deref())?;
-    let config: PolicyConfig = catalog.section("policy")?;
-    let policy = CommandPolicy::new(&config)?;
+    use toolyard_policy::{CommandPolicy, Decision};
+    let (_, config) = load_config(args.catalog.as_deref())?;
+    let policy = CommandPolicy::new(&config.policy)?;
     match policy.check(&args.command) {
         Decision::Allow => {
             out!("allowed");
@@ -29,8 +28,8 @@ pub(crate) fn check_command(args: CheckArgs) -> Result<ExitCode> {
 }
 
 pub(crate) fn doctor(args: DoctorArgs) -> Result<ExitCode> {
-    let catalog = load_catalog(args.catalog.as_deref())?;
-    let sandbox: toolyard_exec::sandbox::SandboxConfig = catalog.section("sandbox")?;
+    let (catalog, config) = load_config(args.catalog.as_deref())?;
+    let sandbox = &config.sandbox;
     let probe = toolyard_exec::sandbox::probe();
     out!("catalog: {}", catalog.origin());
     out!(
@@ -41,14 +40,14 @@ pub(crate) fn doctor(args: DoctorArgs) -> Result<ExitCode> {
     out!("what holds here, lane by lane:");
     out!(
         "  no-net: {}",
-        toolyard_exec::sandbox::no_net_here(&probe, &sandbox)
+        toolyard_exec::sandbox::no_net_here(&probe, sandbox)
     );
     out!(
         "  net:    {}",
         toolyard_exec::sandbox::egress::net_here(&probe)
     );
     out!("  heavy:  like net, plus the rlimits and cgroup limits above where available");
-    let network: toolyard_egress::NetworkConfig = catalog.section("network")?;
+    let network = &config.network;
     out!("  [network]: {}", network.describe());
     out!(
         "  network requests: a command tool's `network: {{hosts, reason}}` gets hosts [network] \
@@ -70,7 +69,7 @@ pub(crate) fn doctor(args: DoctorArgs) -> Result<ExitCode> {
          command in its own Landlock domain with no capabilities, the runner and server \
          non-dumpable"
     );
-    let protected = toolyard_exec::protect::configured(&sandbox);
+    let protected = toolyard_exec::protect::configured(sandbox);
     let held = probe.features.iter().any(|f| {
         f.name == "protected-read-only"
             && f.status == toolyard_exec::sandbox::FeatureStatus::Available
@@ -93,15 +92,18 @@ pub(crate) fn doctor(args: DoctorArgs) -> Result<ExitCode> {
         "with --inline: nothing is sandboxed; commands run with your full access to files and \
          network, and only the file tools' paths are confined to the workspace"
     );
-    let lsp: toolyard_lsp::LspConfig = catalog.section("lsp")?;
-    let lsp = toolyard_lsp::Manager::new(Path::new("/"), lsp, toolyard_lsp::Launcher::Direct);
+    let lsp = toolyard_lsp::Manager::new(
+        Path::new("/"),
+        config.lsp.clone(),
+        toolyard_lsp::Launcher::Direct,
+    );
     out!(
         "language servers (started on first need, sandboxed as the no-net lane with the heavy lane's limits; [lsp] in the catalog):"
     );
     for line in lsp.doctor_lines() {
         out!("  {line}");
     }
-    if is_remote(&catalog)? {
+    if is_remote(&config) {
         remote_doctor(&args)?;
     }
     Ok(ExitCode::SUCCESS)

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use toolyard_dialects::Dialect;
 
 use crate::print::{json_printable, printable};
-use crate::{Common, LogArgs, UndoArgs, is_remote, load_catalog, runtime, workspace_root};
+use crate::{Common, LogArgs, UndoArgs, is_remote, load_config, runtime, workspace_root};
 
 /// The workspace's journal, with interrupted writes settled first when the files are on this
 /// disk (with a `remote` link they are settled by the runner's next start).
@@ -29,7 +29,7 @@ fn journal(
 }
 
 pub(crate) fn log(args: LogArgs) -> Result<ExitCode> {
-    let remote = is_remote(&load_catalog(args.catalog.as_deref())?)?;
+    let remote = is_remote(&load_config(args.catalog.as_deref())?.1);
     let (ws, journal) = journal(args.ws.workspace.as_deref(), remote)?;
     let changes = journal
         .list(&toolyard_records::ChangeFilter {
@@ -116,7 +116,7 @@ pub(crate) fn log(args: LogArgs) -> Result<ExitCode> {
 }
 
 pub(crate) fn undo(args: UndoArgs) -> Result<ExitCode> {
-    let remote = is_remote(&load_catalog(args.catalog.as_deref())?)?;
+    let remote = is_remote(&load_config(args.catalog.as_deref())?.1);
     let (ws, journal) = journal(args.ws.workspace.as_deref(), remote)?;
     let id = match (args.change_id, &args.session) {
         (Some(id), _) => toolyard_records::ChangeId(id),

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use toolyard_core::{Catalog, SchemaFormat};
 use toolyard_dialects::Dialect;
-use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig, Mode};
+use toolyard_dispatch::{CallRequest, Config, Dispatcher, DispatcherConfig, Mode};
 
 /// Print a line to stdout, returning the error (a closed pipe among them) instead of panicking.
 /// What it prints passes through [`printable`]: no terminal control sequence reaches the
@@ -403,6 +403,11 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// The catalog, every section checked: a mistake anywhere stops every subcommand at once.
 pub(crate) fn load_catalog(path: Option<&Path>) -> Result<Catalog> {
+    load_config(path).map(|(catalog, _)| catalog)
+}
+
+/// [`load_catalog`], and its sections parsed into their types.
+pub(crate) fn load_config(path: Option<&Path>) -> Result<(Catalog, Config)> {
     let catalog = match path {
         // Absolute, so runners (started elsewhere) and the protected paths name the same file.
         Some(p) => {
@@ -410,8 +415,8 @@ pub(crate) fn load_catalog(path: Option<&Path>) -> Result<Catalog> {
         }
         None => Catalog::builtin(),
     };
-    toolyard_dispatch::check_catalog(&catalog)?;
-    Ok(catalog)
+    let config = toolyard_dispatch::check_catalog(&catalog)?;
+    Ok((catalog, config))
 }
 
 pub(crate) fn dispatcher(common: &Common) -> Result<Dispatcher> {
@@ -549,7 +554,6 @@ fn tools(args: ToolsArgs) -> Result<ExitCode> {
 
 /// Whether `catalog` reaches its runners through a `[remote]` link: then the files are the
 /// runner's, and nothing may be read or settled on this disk.
-fn is_remote(catalog: &Catalog) -> Result<bool> {
-    let remote: toolyard_dispatch::RemoteConfig = catalog.section("remote")?;
-    Ok(toolyard_dispatch::CommandLink::from_config(&remote).is_some())
+fn is_remote(config: &Config) -> bool {
+    toolyard_dispatch::CommandLink::from_config(&config.remote).is_some()
 }
