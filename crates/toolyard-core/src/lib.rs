@@ -38,6 +38,7 @@ mod error;
 mod result;
 pub mod schema;
 pub mod shape;
+pub mod sync;
 mod tool;
 mod validate;
 

@@ -17,6 +17,7 @@ use grep_matcher::Matcher;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use toolyard_core::sync::lock;
 use toolyard_core::{
     Annotations, TIMEOUT_ARG, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
     time_limit,
@@ -759,7 +760,7 @@ impl TypedTool for ClaudeBash {
 impl ClaudeBash {
     fn cwds(&self) -> std::sync::MutexGuard<'_, HashMap<String, RelPath>> {
         // A panic elsewhere while holding it leaves a map that is still whole.
-        self.cwds.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.cwds)
     }
 
     /// The session's directory, or the root (and a note saying why) when it is gone or may

@@ -117,6 +117,8 @@ impl std::fmt::Debug for Manager {
     }
 }
 
+/// `toolyard_core::sync::lock`, kept here because this crate depends on no other Toolyard
+/// crate (it compiles beside the core, not after it).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

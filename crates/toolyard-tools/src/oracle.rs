@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
 
 use crate::ToolEnv;
-use crate::web::http::{EnvLookup, RetryPolicy, Service, parse_json, send_with_retry};
+use crate::web::http::{EnvLookup, RetryPolicy, Service, needs_of, parse_json, send_with_retry};
 
 const DEFAULT_SYSTEM_PROMPT: &str = "You are an expert consultant to a coding agent. Answer the \
 question directly and precisely; say so when you are unsure. Prefer concrete code and steps.";
@@ -212,14 +212,7 @@ impl TypedTool for Oracle {
     }
 
     fn needs(&self) -> Option<String> {
-        let problem = match &self.config {
-            Err(e) => e.clone(),
-            Ok(c) => self.route(c).err()?,
-        };
-        Some(match problem {
-            ToolError::Unavailable(m) | ToolError::InvalidArguments(m) => m,
-            other => other.to_string(),
-        })
+        needs_of(&self.config, |c| self.route(c))
     }
 
     fn output_schema(&self) -> Option<Value> {

@@ -16,6 +16,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::shape::HeadTail;
+use toolyard_core::sync::lock;
 use toolyard_core::{
     Annotations, Progress, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
 };
@@ -170,10 +171,6 @@ pub fn forget(
 ) {
     reported(proc, ended, log);
     table(commands).remove(&proc.id);
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Start a command as a process that may outlive the call (`background`, `yield_ms`, `tty`).

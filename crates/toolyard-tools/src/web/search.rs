@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
 
-use super::http::{EnvLookup, RetryPolicy, Service, parse_json, send_with_retry};
+use super::http::{EnvLookup, RetryPolicy, Service, needs_of, parse_json, send_with_retry};
 use super::{ProviderConfig, WebConfig};
 
 const SERPER_URL: &str = "https://google.serper.dev/search";
@@ -452,14 +452,7 @@ impl TypedTool for WebSearch {
     }
 
     fn needs(&self) -> Option<String> {
-        let problem = match &self.config {
-            Err(e) => e.clone(),
-            Ok(c) => self.choose(c).err()?,
-        };
-        Some(match problem {
-            ToolError::Unavailable(m) | ToolError::InvalidArguments(m) => m,
-            other => other.to_string(),
-        })
+        needs_of(&self.config, |c| self.choose(c))
     }
 
     fn output_schema(&self) -> Option<Value> {
