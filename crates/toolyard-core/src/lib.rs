@@ -50,7 +50,8 @@ pub use engine::{Bound, CallShape, Engine, Facts, Outlives, Site};
 pub use error::{ToolError, unknown_tool};
 pub use result::{Image, ToolResult};
 pub use schema::{
-    Freeform, SchemaFormat, ToolDefinition, export, result_envelope_schema, schema_of,
+    Freeform, SchemaFormat, ToolDefinition, export, output_problems, output_schema_of,
+    result_envelope_schema, schema_of,
 };
 pub use tool::{
     Annotations, Progress, ProgressSink, Tool, ToolContext, Typed, TypedTool, parse_args,

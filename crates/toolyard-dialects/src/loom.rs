@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool, output_schema_of};
 
 use toolyard_tools::ToolEnv;
 use toolyard_tools::command::CommandEnv;
@@ -19,9 +19,37 @@ const BASH_DEFAULT_SECS: u64 = 60;
 const BASH_MAX_SECS: u64 = 300;
 
 /// A result whose text for the model is its JSON (the seed's tools return JSON values).
-fn json_result(value: Value) -> ToolResult {
+fn json_result(data: impl Serialize) -> ToolResult {
+    let value = serde_json::to_value(data).unwrap_or_else(|e| Value::String(e.to_string()));
     let text = serde_json::to_string_pretty(&value).unwrap_or_else(|e| e.to_string());
     ToolResult::ok(text).with_data(value)
+}
+
+/// Seed 003's `read_file` result; its output schema is derived from it.
+#[derive(Debug, Serialize, JsonSchema)]
+struct LoomReadData {
+    path: String,
+    contents: String,
+    truncated: bool,
+}
+
+/// Seed 003's `edit_file` result.
+#[derive(Debug, Serialize, JsonSchema)]
+struct LoomEditData {
+    path: String,
+    edits_applied: usize,
+    original_bytes: usize,
+    new_bytes: usize,
+}
+
+/// Seed 003's `bash` result.
+#[derive(Debug, Serialize, JsonSchema)]
+struct LoomBashData {
+    exit_code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    timed_out: bool,
+    truncated: bool,
 }
 
 /// Arguments of loom's `read_file`.
@@ -65,15 +93,7 @@ impl TypedTool for LoomReadFile {
     }
 
     fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "contents": {"type": "string"},
-                "truncated": {"type": "boolean"}
-            },
-            "required": ["path", "contents", "truncated"]
-        }))
+        Some(output_schema_of::<LoomReadData>())
     }
 
     fn returns_images(&self) -> bool {
@@ -89,11 +109,11 @@ impl TypedTool for LoomReadFile {
             && let Some(media) = read_media(&self.env, ctx, &args.path, None).await?
         {
             let rel = self.env.workspace.locate(&args.path, &ctx.cwd)?;
-            let mut shaped = json_result(json!({
-                "path": self.env.workspace.absolute(&rel).display().to_string(),
-                "contents": media.output,
-                "truncated": false,
-            }));
+            let mut shaped = json_result(LoomReadData {
+                path: self.env.workspace.absolute(&rel).display().to_string(),
+                contents: media.output,
+                truncated: false,
+            });
             shaped.images = media.images;
             return Ok(shaped);
         }
@@ -113,11 +133,11 @@ impl TypedTool for LoomReadFile {
             end -= 1;
         }
         let contents = String::from_utf8_lossy(&content[..end]).into_owned();
-        Ok(json_result(json!({
-            "path": shown,
-            "contents": contents,
-            "truncated": truncated,
-        })))
+        Ok(json_result(LoomReadData {
+            path: shown,
+            contents,
+            truncated,
+        }))
     }
 }
 
@@ -174,16 +194,7 @@ impl TypedTool for LoomEditFile {
     }
 
     fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "edits_applied": {"type": "integer"},
-                "original_bytes": {"type": "integer"},
-                "new_bytes": {"type": "integer"}
-            },
-            "required": ["path", "edits_applied", "original_bytes", "new_bytes"]
-        }))
+        Some(output_schema_of::<LoomEditData>())
     }
 
     async fn run(&self, args: LoomEditArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -217,12 +228,12 @@ impl TypedTool for LoomEditFile {
             content = next;
         }
         let out = commit_write(&self.env, ctx, "edit_file", &rel, &content, &expect).await?;
-        Ok(json_result(json!({
-            "path": ws.absolute(&out.path).display().to_string(),
-            "edits_applied": args.edits.len(),
-            "original_bytes": original.map(|o| o.len()).unwrap_or(0),
-            "new_bytes": content.len(),
-        }))
+        Ok(json_result(LoomEditData {
+            path: ws.absolute(&out.path).display().to_string(),
+            edits_applied: args.edits.len(),
+            original_bytes: original.map(|o| o.len()).unwrap_or(0),
+            new_bytes: content.len(),
+        })
         .with_files_changed(vec![out.path.to_string()]))
     }
 }
@@ -269,17 +280,7 @@ impl TypedTool for Bash {
     }
 
     fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "exit_code": {"type": ["integer", "null"]},
-                "stdout": {"type": "string"},
-                "stderr": {"type": "string"},
-                "timed_out": {"type": "boolean"},
-                "truncated": {"type": "boolean"}
-            },
-            "required": ["exit_code", "stdout", "stderr", "timed_out", "truncated"]
-        }))
+        Some(output_schema_of::<LoomBashData>())
     }
 
     async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -304,14 +305,13 @@ impl TypedTool for Bash {
                 full.display()
             ));
         }
-        let value = json!({
-            "exit_code": o.exit_code,
-            "stdout": o.stdout,
-            "stderr": stderr,
-            "timed_out": o.timed_out,
-            "truncated": o.truncated,
-        });
-        Ok(json_result(value))
+        Ok(json_result(LoomBashData {
+            exit_code: o.exit_code,
+            stdout: o.stdout,
+            stderr,
+            timed_out: o.timed_out,
+            truncated: o.truncated,
+        }))
     }
 }
 

@@ -15,7 +15,9 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{
+    Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool, output_schema_of,
+};
 use toolyard_workspace::{Expect, Workspace};
 
 use crate::ToolEnv;
@@ -159,7 +161,9 @@ impl<'de> Deserialize<'de> for TaskAction {
 }
 
 /// The three kinds of artifact.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ArtifactKind {
     /// A plan (`create_plan`).
@@ -694,18 +698,7 @@ impl<A: Artifact> TypedTool for CreateArtifact<A> {
     }
 
     fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "kind": {"type": "string", "enum": ["plan", "spec", "phase"]},
-                "name": {"type": "string"},
-                "path": {"type": "string"},
-                "markdown_path": {"type": "string"},
-                "created": {"type": "boolean"},
-                "artifact": {"type": "object"}
-            },
-            "required": ["kind", "name", "path", "markdown_path", "created", "artifact"]
-        }))
+        Some(output_schema_of::<StoredData>())
     }
 
     fn checks_own_args(&self) -> bool {
@@ -726,17 +719,36 @@ impl<A: Artifact> TypedTool for CreateArtifact<A> {
         let kind = A::KIND.as_str();
         let verb = if created { "Created" } else { "Replaced" };
         let output = format!("{verb} {kind} `{name}` ({parts}): {path}, rendered in {md_path}");
+        let data = StoredData {
+            kind: A::KIND,
+            name,
+            path: path.clone(),
+            markdown_path: md_path.clone(),
+            created,
+            artifact,
+        };
         Ok(ToolResult::ok(output)
-            .with_data(json!({
-                "kind": kind,
-                "name": name,
-                "path": path,
-                "markdown_path": md_path,
-                "created": created,
-                "artifact": artifact,
-            }))
+            .with_data(serde_json::to_value(data)?)
             .with_files_changed(vec![path, md_path]))
     }
+}
+
+/// The structured data of create_plan, create_spec and create_phase; their output schema is
+/// derived from it.
+#[derive(Debug, Serialize, JsonSchema)]
+struct StoredData {
+    kind: ArtifactKind,
+    name: String,
+    path: String,
+    markdown_path: String,
+    created: bool,
+    #[schemars(schema_with = "any_object")]
+    artifact: Value,
+}
+
+/// The schema of a JSON object of any shape (the artifact as stored).
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object"})
 }
 
 /// create_plan, create_spec and create_phase for `env`'s workspace.

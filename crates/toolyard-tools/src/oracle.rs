@@ -14,9 +14,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{
+    Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool, output_schema_of,
+};
 
 use crate::ToolEnv;
 use crate::web::http::{EnvLookup, RetryPolicy, Service, needs_of, parse_json, send_with_retry};
@@ -62,6 +64,23 @@ pub struct OracleArgs {
     pub question: String,
     /// Background it needs: code, errors, what was tried.
     pub context: Option<String>,
+}
+
+/// oracle's structured data; its output schema is derived from it.
+#[derive(Debug, Serialize, JsonSchema)]
+struct OracleData {
+    answer: String,
+    model: String,
+    via: Via,
+    finish_reason: Option<String>,
+}
+
+/// Which way a question went: to the model's API itself, or through the proxy.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Via {
+    Direct,
+    Proxy,
 }
 
 /// Where the question goes.
@@ -216,16 +235,7 @@ impl TypedTool for Oracle {
     }
 
     fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "answer": {"type": "string"},
-                "model": {"type": "string"},
-                "via": {"type": "string", "enum": ["direct", "proxy"]},
-                "finish_reason": {"type": ["string", "null"]}
-            },
-            "required": ["answer", "model", "via", "finish_reason"]
-        }))
+        Some(output_schema_of::<OracleData>())
     }
 
     async fn run(&self, args: OracleArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -259,14 +269,14 @@ impl TypedTool for Oracle {
             Route::Direct { base_url, key } => (
                 format!("{}/chat/completions", base_url.trim_end_matches('/')),
                 key.clone(),
-                "direct",
+                Via::Direct,
                 "the oracle model API",
                 "set TOOLYARD_ORACLE_API_KEY or OPENAI_API_KEY (or [oracle] api_key_env) to a valid key",
             ),
             Route::Proxy { url, token } => (
                 format!("{}/proxy/openai/complete", url.trim_end_matches('/')),
                 token.clone(),
-                "proxy",
+                Via::Proxy,
                 "the oracle proxy",
                 "set TOOLYARD_PROXY_TOKEN to a token the server accepts",
             ),
@@ -275,7 +285,7 @@ impl TypedTool for Oracle {
             name,
             auth_hint: hint,
         };
-        tracing::debug!(via, model = %model, "oracle");
+        tracing::debug!(via = ?via, model = %model, "oracle");
         let answer_body = send_with_retry(&service, &policy, &ctx.cancel, timeout, || {
             let req = self.client.post(&url).json(&body);
             match &bearer {
@@ -289,12 +299,13 @@ impl TypedTool for Oracle {
         if finish_reason.as_deref() == Some("length") {
             out.push_str("\n\n[the answer was cut off at the model's token limit]");
         }
-        Ok(ToolResult::ok(out).with_data(json!({
-            "answer": answer,
-            "model": model,
-            "via": via,
-            "finish_reason": finish_reason,
-        })))
+        let data = OracleData {
+            answer,
+            model,
+            via,
+            finish_reason,
+        };
+        Ok(ToolResult::ok(out).with_data(serde_json::to_value(data)?))
     }
 }
 

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION};
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool, output_schema_of};
 use url::{Host, Url};
 
 use super::WebConfig;
@@ -66,10 +66,39 @@ struct Page {
     redirects: Vec<String>,
     status: u16,
     content_type: String,
-    format: &'static str,
+    format: Format,
     text: String,
     download_truncated: bool,
     bytes: usize,
+}
+
+/// What a page's text is.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Format {
+    Markdown,
+    Html,
+    Json,
+    Text,
+}
+
+/// web_fetch's structured data; its output schema is derived from it.
+#[derive(Debug, Serialize, JsonSchema)]
+struct FetchData {
+    url: String,
+    final_url: String,
+    // Always written, but the schema has never promised it.
+    #[schemars(skip_serializing_if = "Vec::is_empty")]
+    redirects: Vec<String>,
+    status: u16,
+    content_type: String,
+    format: Format,
+    start_index: usize,
+    end_index: usize,
+    total_chars: usize,
+    next_start_index: Option<usize>,
+    download_truncated: bool,
+    cached: bool,
 }
 
 #[derive(Debug)]
@@ -164,25 +193,7 @@ impl TypedTool for WebFetch {
     }
 
     fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "url": {"type": "string"},
-                "final_url": {"type": "string"},
-                "redirects": {"type": "array", "items": {"type": "string"}},
-                "status": {"type": "integer"},
-                "content_type": {"type": "string"},
-                "format": {"type": "string", "enum": ["markdown", "html", "json", "text"]},
-                "start_index": {"type": "integer"},
-                "end_index": {"type": "integer"},
-                "total_chars": {"type": "integer"},
-                "next_start_index": {"type": ["integer", "null"]},
-                "download_truncated": {"type": "boolean"},
-                "cached": {"type": "boolean"}
-            },
-            "required": ["url", "final_url", "status", "content_type", "format", "start_index",
-                         "end_index", "total_chars", "next_start_index", "download_truncated", "cached"]
-        }))
+        Some(output_schema_of::<FetchData>())
     }
 
     async fn run(&self, args: WebFetchArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -232,21 +243,21 @@ impl TypedTool for WebFetch {
                 s.max_bytes, page.bytes
             ));
         }
-        let data = json!({
-            "url": url.as_str(),
-            "final_url": page.final_url,
-            "redirects": page.redirects,
-            "status": page.status,
-            "content_type": page.content_type,
-            "format": page.format,
-            "start_index": args.start_index,
-            "end_index": end,
-            "total_chars": total,
-            "next_start_index": next,
-            "download_truncated": page.download_truncated,
-            "cached": cached,
-        });
-        Ok(ToolResult::ok(out).with_data(data))
+        let data = FetchData {
+            url: url.to_string(),
+            final_url: page.final_url.clone(),
+            redirects: page.redirects.clone(),
+            status: page.status,
+            content_type: page.content_type.clone(),
+            format: page.format,
+            start_index: args.start_index,
+            end_index: end,
+            total_chars: total,
+            next_start_index: next,
+            download_truncated: page.download_truncated,
+            cached,
+        };
+        Ok(ToolResult::ok(out).with_data(serde_json::to_value(data)?))
     }
 }
 
@@ -375,16 +386,19 @@ async fn fetch(
                     tokio::task::spawn_blocking(move || html_to_markdown(&decoded, Some(&base)))
                         .await
                         .map_err(|e| ToolError::Io(format!("HTML conversion failed: {e}")))?;
-                ("markdown", md)
+                (Format::Markdown, md)
             }
-            (Kind::Html, true) => ("html", decoded),
+            (Kind::Html, true) => (Format::Html, decoded),
             (Kind::Json, false) => match serde_json::from_str::<Value>(&decoded) {
                 // Minified JSON is one enormous line; indented, it pages and reads better.
-                Ok(v) => ("json", serde_json::to_string_pretty(&v).unwrap_or(decoded)),
-                Err(_) => ("json", decoded),
+                Ok(v) => (
+                    Format::Json,
+                    serde_json::to_string_pretty(&v).unwrap_or(decoded),
+                ),
+                Err(_) => (Format::Json, decoded),
             },
-            (Kind::Json, true) => ("json", decoded),
-            (Kind::Text, _) => ("text", decoded),
+            (Kind::Json, true) => (Format::Json, decoded),
+            (Kind::Text, _) => (Format::Text, decoded),
         };
         return Ok(Page {
             final_url,
