@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool, output_schema_of};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 
 use toolyard_tools::ToolEnv;
 use toolyard_tools::command::CommandEnv;
@@ -73,31 +73,18 @@ pub struct LoomReadFile {
 impl TypedTool for LoomReadFile {
     type Args = LoomReadArgs;
 
-    fn name(&self) -> &str {
-        "read_file"
-    }
-
-    fn description(&self) -> &str {
-        "Read file contents from the workspace. Returns {path, contents, truncated}; contents \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "read_file",
+            "Read file contents from the workspace. Returns {path, contents, truncated}; contents \
          are cut at max_bytes (default 30000; pass a larger max_bytes to read more). An image \
          comes back as an image; a PDF's contents are its text page by page; a notebook's, its \
-         cells with their outputs. A file must be read before edit_file changes it."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
-    }
-
-    fn result_is_data(&self) -> bool {
-        true
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(output_schema_of::<LoomReadData>())
-    }
-
-    fn returns_images(&self) -> bool {
-        true
+         cells with their outputs. A file must be read before edit_file changes it.",
+            Annotations::READ_ONLY,
+        )
+        .result_is_data()
+        .output::<LoomReadData>()
+        .returns_images()
     }
 
     async fn run(&self, args: LoomReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -174,27 +161,17 @@ pub struct LoomEditFile {
 impl TypedTool for LoomEditFile {
     type Args = LoomEditArgs;
 
-    fn name(&self) -> &str {
-        "edit_file"
-    }
-
-    fn description(&self) -> &str {
-        "Apply snippet-based edits to a file, in order: an empty old_str appends new_str \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "edit_file",
+            "Apply snippet-based edits to a file, in order: an empty old_str appends new_str \
          (creating the file if needed); otherwise old_str must occur once (or set replace_all). \
          All edits apply or none does. An existing file must be read first. Returns \
-         {path, edits_applied, original_bytes, new_bytes}."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
-    }
-
-    fn result_is_data(&self) -> bool {
-        true
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(output_schema_of::<LoomEditData>())
+         {path, edits_applied, original_bytes, new_bytes}.",
+            Annotations::MUTATING,
+        )
+        .result_is_data()
+        .output::<LoomEditData>()
     }
 
     async fn run(&self, args: LoomEditArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -260,27 +237,17 @@ pub struct Bash {
 impl TypedTool for Bash {
     type Args = BashArgs;
 
-    fn name(&self) -> &str {
-        "bash"
-    }
-
-    fn description(&self) -> &str {
-        "Execute a shell command in the workspace (sh -c). Returns {exit_code, stdout, stderr, \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "bash",
+            "Execute a shell command in the workspace (sh -c). Returns {exit_code, stdout, stderr, \
          timed_out, truncated}; timeout in seconds (default 60, max 300) kills the whole \
          process tree; long output keeps its head and tail (30000 bytes in all by default) and \
-         the full output is saved to a file named in stderr."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
-    }
-
-    fn result_is_data(&self) -> bool {
-        true
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(output_schema_of::<LoomBashData>())
+         the full output is saved to a file named in stderr.",
+            Annotations::COMMAND,
+        )
+        .result_is_data()
+        .output::<LoomBashData>()
     }
 
     async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 use toolyard_core::{
-    Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool, output_schema_of,
+    Annotations, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
 };
 use toolyard_workspace::{Expect, Workspace};
 
@@ -666,16 +666,13 @@ impl<A> CreateArtifact<A> {
 impl<A: Artifact> TypedTool for CreateArtifact<A> {
     type Args = A;
 
-    fn name(&self) -> &str {
-        match A::KIND {
+    fn info(&self) -> ToolInfo<'_> {
+        let name = match A::KIND {
             ArtifactKind::Plan => "create_plan",
             ArtifactKind::Spec => "create_spec",
             ArtifactKind::Phase => "create_phase",
-        }
-    }
-
-    fn description(&self) -> &str {
-        match A::KIND {
+        };
+        let description = match A::KIND {
             ArtifactKind::Plan => {
                 "Create a plan with its specs (structured output, stored as JSON and Markdown under .toolyard/artifacts/plans). The title's slug names it; creating it again replaces it."
             }
@@ -685,25 +682,17 @@ impl<A: Artifact> TypedTool for CreateArtifact<A> {
             ArtifactKind::Phase => {
                 "Create a phase with its tasks (action: create, modify or delete) and a validation_command (structured output, stored under .toolyard/artifacts/phases). Its name names it."
             }
-        }
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations {
+        };
+        let annotations = Annotations {
             read_only: false,
             destructive: true,
             idempotent: true,
             open_world: false,
-        }
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(output_schema_of::<StoredData>())
-    }
-
-    fn checks_own_args(&self) -> bool {
-        // `store` validates every schema rule, all problems at once, in better words.
-        true
+        };
+        ToolInfo::new(name, description, annotations)
+            .output::<StoredData>()
+            // `store` validates every schema rule, all problems at once, in better words.
+            .checks_own_args()
     }
 
     async fn run(&self, args: A, _ctx: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolyard_core::{
-    Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool, output_schema_of,
+    Annotations, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
 };
 
 use crate::ToolEnv;
@@ -214,28 +214,21 @@ fn answer_of(body: &[u8], service: &str) -> Result<(String, Option<String>), Too
 impl TypedTool for Oracle {
     type Args = OracleArgs;
 
-    fn name(&self) -> &str {
-        "oracle"
-    }
-
-    fn description(&self) -> &str {
-        "Ask a second, independent model for advice: a review, a hard bug, a design choice. \
-         Give a self-contained question and the context it needs; it cannot see the workspace."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations {
-            idempotent: false,
-            ..Annotations::WEB
-        }
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "oracle",
+            "Ask a second, independent model for advice: a review, a hard bug, a design choice. \
+         Give a self-contained question and the context it needs; it cannot see the workspace.",
+            Annotations {
+                idempotent: false,
+                ..Annotations::WEB
+            },
+        )
+        .output::<OracleData>()
     }
 
     fn needs(&self) -> Option<String> {
         needs_of(&self.config, |c| self.route(c))
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(output_schema_of::<OracleData>())
     }
 
     async fn run(&self, args: OracleArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

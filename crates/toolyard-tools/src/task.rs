@@ -14,9 +14,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
 use toolyard_core::{
-    Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool, output_schema_of,
+    Annotations, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
 };
 
 use crate::ToolEnv;
@@ -157,26 +157,20 @@ fn now_secs() -> u64 {
 impl TypedTool for CompleteTask {
     type Args = CompleteTaskArgs;
 
-    fn name(&self) -> &str {
-        "complete_task"
-    }
-
-    fn description(&self) -> &str {
-        "Signal that the task is complete, with a summary of what was accomplished. Call it once, \
-         when the work is done and verified; the loop stops after it."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations {
-            read_only: false,
-            destructive: false,
-            idempotent: true,
-            open_world: false,
-        }
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(output_schema_of::<CompletionData>())
+    fn info(&self) -> ToolInfo<'_> {
+        let description = "Signal that the task is complete, with a summary of what was accomplished. Call it once, \
+         when the work is done and verified; the loop stops after it.";
+        ToolInfo::new(
+            "complete_task",
+            description,
+            Annotations {
+                read_only: false,
+                destructive: false,
+                idempotent: true,
+                open_world: false,
+            },
+        )
+        .output::<CompletionData>()
     }
 
     async fn run(

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::shape::head_tail;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 use toolyard_workspace::{RelPath, Workspace};
 
 use super::Vocab;
@@ -813,16 +813,8 @@ impl GrepTool {
 impl TypedTool for GrepTool {
     type Args = GrepArgs;
 
-    fn name(&self) -> &str {
-        "grep"
-    }
-
-    fn description(&self) -> &str {
-        DESCRIPTION
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new("grep", DESCRIPTION, Annotations::READ_ONLY)
     }
 
     async fn run(&self, args: GrepArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

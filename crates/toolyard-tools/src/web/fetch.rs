@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool, output_schema_of};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 use url::{Host, Url};
 
 use super::WebConfig;
@@ -178,22 +178,11 @@ impl WebFetch {
 impl TypedTool for WebFetch {
     type Args = WebFetchArgs;
 
-    fn name(&self) -> &str {
-        "web_fetch"
-    }
-
-    fn description(&self) -> &str {
-        "Fetch a URL and return its main content as Markdown (JSON and plain text as they are). \
+    fn info(&self) -> ToolInfo<'_> {
+        let description = "Fetch a URL and return its main content as Markdown (JSON and plain text as they are). \
          Long pages come in parts: call again with the start_index the result names. \
-         Internal and private addresses are refused."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::WEB
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(output_schema_of::<FetchData>())
+         Internal and private addresses are refused.";
+        ToolInfo::new("web_fetch", description, Annotations::WEB).output::<FetchData>()
     }
 
     async fn run(&self, args: WebFetchArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool, output_schema_of};
+use serde_json::json;
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 
 use super::http::{EnvLookup, RetryPolicy, Service, needs_of, parse_json, send_with_retry};
 use super::{ProviderConfig, WebConfig};
@@ -446,25 +446,14 @@ fn clean(text: &str) -> String {
 impl TypedTool for WebSearch {
     type Args = WebSearchArgs;
 
-    fn name(&self) -> &str {
-        "web_search"
-    }
-
-    fn description(&self) -> &str {
-        "Search the web. Returns up to max_results (default 5, at most 10) results, each a title, \
-         URL and snippet; read a page with web_fetch."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::WEB
+    fn info(&self) -> ToolInfo<'_> {
+        let description = "Search the web. Returns up to max_results (default 5, at most 10) results, each a title, \
+         URL and snippet; read a page with web_fetch.";
+        ToolInfo::new("web_search", description, Annotations::WEB).output::<SearchData>()
     }
 
     fn needs(&self) -> Option<String> {
         needs_of(&self.config, |c| self.choose(c))
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(output_schema_of::<SearchData>())
     }
 
     async fn run(&self, args: WebSearchArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
