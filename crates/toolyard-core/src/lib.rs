@@ -7,7 +7,9 @@
 //! ([`shape::head_tail`]). Nothing here knows a file system, a process or a transport exists.
 //!
 //! ```
-//! use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+//! use toolyard_core::{
+//!     Annotations, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
+//! };
 //!
 //! #[derive(serde::Deserialize, schemars::JsonSchema)]
 //! #[serde(deny_unknown_fields)]
@@ -17,9 +19,9 @@
 //! #[async_trait::async_trait]
 //! impl TypedTool for Echo {
 //!     type Args = EchoArgs;
-//!     fn name(&self) -> &str { "echo" }
-//!     fn description(&self) -> &str { "Say it back" }
-//!     fn annotations(&self) -> Annotations { Annotations::READ_ONLY }
+//!     fn info(&self) -> ToolInfo<'_> {
+//!         ToolInfo::new("echo", "Say it back", Annotations::READ_ONLY)
+//!     }
 //!     async fn run(&self, a: EchoArgs, _: &ToolContext) -> Result<ToolResult, ToolError> {
 //!         Ok(ToolResult::ok(a.text))
 //!     }
@@ -38,6 +40,7 @@ mod error;
 mod result;
 pub mod schema;
 pub mod shape;
+pub mod sync;
 mod tool;
 mod validate;
 
@@ -49,10 +52,11 @@ pub use engine::{Bound, CallShape, Engine, Facts, Outlives, Site};
 pub use error::{ToolError, unknown_tool};
 pub use result::{Image, ToolResult};
 pub use schema::{
-    Freeform, SchemaFormat, ToolDefinition, export, result_envelope_schema, schema_of,
+    Freeform, SchemaFormat, ToolDefinition, export, output_problems, output_schema_of,
+    result_envelope_schema, schema_of,
 };
 pub use tool::{
-    Annotations, Progress, ProgressSink, Tool, ToolContext, Typed, TypedTool, parse_args,
+    Annotations, Progress, ProgressSink, Tool, ToolContext, ToolInfo, Typed, TypedTool, parse_args,
     time_limit,
 };
 pub use validate::{ArgValidator, TIMEOUT_ARG};

@@ -26,6 +26,64 @@ pub fn schema_of<T: JsonSchema>() -> Value {
     value
 }
 
+/// The JSON Schema of `T` as a tool's output schema (its `data`): what `T` serializes to
+/// (every field it always writes is required, an `Option` one as `[T, "null"]`), inlined,
+/// enums as plain `{type, enum}`. It states the shape only, as clients were always given it:
+/// no descriptions, and no integer widths (schemars' `format` with its `minimum`/`maximum`).
+pub fn output_schema_of<T: JsonSchema>() -> Value {
+    let generator = SchemaSettings::draft2020_12()
+        .for_serialize()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator();
+    let mut value = generator.into_root_schema_for::<T>().to_value();
+    flatten_enums(&mut value);
+    shape_only(&mut value);
+    if let Value::Object(map) = &mut value {
+        map.remove("$schema");
+    }
+    value
+}
+
+/// Every way `data`, a result's structured data, does not conform to `tool`'s declared output
+/// schema (none when it declares none).
+pub fn output_problems(tool: &dyn Tool, data: &Value) -> Vec<String> {
+    let Some(schema) = tool.output_schema() else {
+        return Vec::new();
+    };
+    match crate::ArgValidator::new(&schema) {
+        Ok(v) => v.problems(data),
+        Err(e) => vec![format!(
+            "{}: its output schema does not compile: {e}",
+            tool.name()
+        )],
+    }
+}
+
+/// Drop every `description` and `title`, and each integer width with the range it implies.
+fn shape_only(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            for key in ["description", "title"] {
+                if map.get(key).is_some_and(Value::is_string) {
+                    map.remove(key);
+                }
+            }
+            let width = map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| f.starts_with("int") || f.starts_with("uint"));
+            if width {
+                for key in ["format", "minimum", "maximum"] {
+                    map.remove(key);
+                }
+            }
+            map.values_mut().for_each(shape_only);
+        }
+        Value::Array(items) => items.iter_mut().for_each(shape_only),
+        _ => {}
+    }
+}
+
 /// The input schema as clients are given it (`tools/list`, `toolyard tools`): non-standard
 /// formats dropped, documented enums flattened ([`flatten_enums`]), and each optional
 /// top-level argument marked `"nullable": true`. The last is OpenAPI's keyword, which JSON

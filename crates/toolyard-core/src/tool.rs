@@ -163,29 +163,145 @@ pub fn time_limit(
     Ok(Duration::from_millis(asked))
 }
 
-/// A tool: a name, a description, a JSON Schema for its arguments, and an async invoke.
+/// What a tool is, apart from what it does: every fact clients and the dispatcher read of it,
+/// declared once by each tool ([`TypedTool::info`], [`Tool::info`]). A new attribute is one
+/// field here, one builder method, and the [`Tool`] method that reads it.
+#[derive(Clone, Copy)]
+pub struct ToolInfo<'a> {
+    /// The name a model calls it by.
+    pub name: &'a str,
+    /// What it does, for the model.
+    pub description: &'a str,
+    /// Behaviour hints.
+    pub annotations: Annotations,
+    /// JSON Schema of its structured result (`ToolResult::data`), when it has one: made when
+    /// asked for (see [`crate::output_schema_of`]).
+    pub output_schema: Option<fn() -> Value>,
+    /// Whether the result *is* its `data` (see [`Tool::result_is_data`]).
+    pub result_is_data: bool,
+    /// Whether a result may carry images (see [`Tool::returns_images`]).
+    pub returns_images: bool,
+    /// Whether it keeps a session's state in memory (see [`Tool::keeps_session_state`]).
+    pub keeps_session_state: bool,
+    /// Whether `run` itself checks every constraint its schema states, all at once and with
+    /// messages that say more (the artifact tools): the schema then judges only arguments that
+    /// do not parse. Read by [`Typed`].
+    pub checks_own_args: bool,
+    /// The Anthropic API built-in tool type it implements (see [`Tool::anthropic_type`]).
+    pub anthropic_type: Option<&'a str>,
+    /// Its freeform form (see [`Tool::freeform`]), made when asked for.
+    pub freeform: Option<fn() -> crate::schema::Freeform>,
+}
+
+impl<'a> ToolInfo<'a> {
+    /// A tool called `name` that does `description`, with no output schema and every flag off.
+    pub const fn new(name: &'a str, description: &'a str, annotations: Annotations) -> Self {
+        Self {
+            name,
+            description,
+            annotations,
+            output_schema: None,
+            result_is_data: false,
+            returns_images: false,
+            keeps_session_state: false,
+            checks_own_args: false,
+            anthropic_type: None,
+            freeform: None,
+        }
+    }
+
+    /// Its structured data is a `T`: the output schema is derived from it.
+    pub fn output<T: JsonSchema>(mut self) -> Self {
+        self.output_schema = Some(crate::schema::output_schema_of::<T>);
+        self
+    }
+
+    /// Its output schema is the one `schema` makes.
+    pub const fn output_schema(mut self, schema: fn() -> Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// Its result is its data (see [`Tool::result_is_data`]).
+    pub const fn result_is_data(mut self) -> Self {
+        self.result_is_data = true;
+        self
+    }
+
+    /// A result may carry images (see [`Tool::returns_images`]).
+    pub const fn returns_images(mut self) -> Self {
+        self.returns_images = true;
+        self
+    }
+
+    /// It keeps a session's state in memory (see [`Tool::keeps_session_state`]).
+    pub const fn keeps_session_state(mut self) -> Self {
+        self.keeps_session_state = true;
+        self
+    }
+
+    /// `run` checks its own arguments (see [`ToolInfo::checks_own_args`]).
+    pub const fn checks_own_args(mut self) -> Self {
+        self.checks_own_args = true;
+        self
+    }
+
+    /// It implements the Anthropic built-in tool type `t`.
+    pub const fn anthropic_type(mut self, t: &'a str) -> Self {
+        self.anthropic_type = Some(t);
+        self
+    }
+
+    /// Its freeform form is the one `form` makes.
+    pub const fn freeform(mut self, form: fn() -> crate::schema::Freeform) -> Self {
+        self.freeform = Some(form);
+        self
+    }
+}
+
+impl std::fmt::Debug for ToolInfo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolInfo")
+            .field("name", &self.name)
+            .field("annotations", &self.annotations)
+            .field("has_output_schema", &self.output_schema.is_some())
+            .field("result_is_data", &self.result_is_data)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A tool: its [`ToolInfo`], a JSON Schema for its arguments, and an async invoke.
 ///
 /// Implement [`TypedTool`] instead and wrap it in [`Typed`]: the schema is then derived from
-/// the argument struct and the arguments arrive parsed.
+/// the argument struct and the arguments arrive parsed. The metadata methods (`name`,
+/// `description`, `annotations`, ...) read [`Tool::info`]; a tool declares them there.
 #[async_trait]
 pub trait Tool: Send + Sync {
+    /// What the tool is: name, description, hints, output schema, flags.
+    fn info(&self) -> ToolInfo<'_>;
     /// The name a model calls it by.
-    fn name(&self) -> &str;
+    fn name(&self) -> &str {
+        self.info().name
+    }
     /// What it does, for the model.
-    fn description(&self) -> &str;
+    fn description(&self) -> &str {
+        self.info().description
+    }
     /// JSON Schema (draft 2020-12) of its arguments.
     fn input_schema(&self) -> Value;
     /// JSON Schema of its structured result (`ToolResult::data`), when it has one.
     fn output_schema(&self) -> Option<Value> {
-        None
+        self.info().output_schema.map(|schema| schema())
     }
     /// Whether the result *is* its `data`: the text for the model is that JSON (seed 003's
     /// tools), so a structured view carries `data` alone instead of the text beside it.
     fn result_is_data(&self) -> bool {
-        false
+        self.info().result_is_data
     }
     /// Behaviour hints.
-    fn annotations(&self) -> Annotations;
+    fn annotations(&self) -> Annotations {
+        self.info().annotations
+    }
     /// The compiled validator of [`Tool::input_schema`]; an error says why it does not compile.
     /// Typed tools compile theirs once per type and share it.
     fn arg_validator(&self) -> Result<Arc<ArgValidator>, String> {
@@ -201,28 +317,28 @@ pub trait Tool: Send + Sync {
     }
     /// What must be configured before this tool can work (which environment variable or
     /// catalog key), or `None` when it can. Servers leave a tool that needs something out of
-    /// their listings.
+    /// their listings. Not part of [`ToolInfo`]: it depends on the configuration now.
     fn needs(&self) -> Option<String> {
         None
     }
     /// The tool's freeform form (raw text under a grammar), for exports that can carry it.
     fn freeform(&self) -> Option<crate::schema::Freeform> {
-        None
+        self.info().freeform.map(|form| form())
     }
     /// The tool keeps a session's state in memory from one call to the next (a shell's working
     /// directory), so a CLI call runs it where that memory lives on: the session host.
     fn keeps_session_state(&self) -> bool {
-        false
+        self.info().keeps_session_state
     }
     /// The Anthropic API built-in tool type it implements, for the Anthropic export.
     fn anthropic_type(&self) -> Option<&str> {
-        None
+        self.info().anthropic_type
     }
     /// Whether a result may carry images. Such a tool declares no output schema: a result with
     /// an image then goes without `structuredContent`, which clients (Codex) would show in
     /// place of the image.
     fn returns_images(&self) -> bool {
-        false
+        self.info().returns_images
     }
     /// Run the call. An `Err` is a result the model reads, not a crash.
     async fn invoke(&self, args: Value, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
@@ -250,45 +366,11 @@ fn broken_schema(tool: &str, e: &str) -> ToolError {
 pub trait TypedTool: Send + Sync + 'static {
     /// The argument struct (use `#[serde(deny_unknown_fields)]`).
     type Args: DeserializeOwned + JsonSchema + Send;
-    /// The name a model calls it by.
-    fn name(&self) -> &str;
-    /// What it does, for the model.
-    fn description(&self) -> &str;
-    /// Behaviour hints.
-    fn annotations(&self) -> Annotations;
-    /// JSON Schema of the structured result, when it has one.
-    fn output_schema(&self) -> Option<Value> {
-        None
-    }
-    /// Whether the result is its `data` (see [`Tool::result_is_data`]).
-    fn result_is_data(&self) -> bool {
-        false
-    }
+    /// What the tool is (see [`Tool::info`]).
+    fn info(&self) -> ToolInfo<'_>;
     /// What must be configured before this tool can work (see [`Tool::needs`]).
     fn needs(&self) -> Option<String> {
         None
-    }
-    /// Whether `run` itself checks every constraint its schema states, all at once and with
-    /// messages that say more (the artifact tools): the schema then judges only arguments that
-    /// do not parse.
-    fn checks_own_args(&self) -> bool {
-        false
-    }
-    /// The tool's freeform form (see [`Tool::freeform`]).
-    fn freeform(&self) -> Option<crate::schema::Freeform> {
-        None
-    }
-    /// See [`Tool::keeps_session_state`].
-    fn keeps_session_state(&self) -> bool {
-        false
-    }
-    /// The Anthropic built-in tool type (see [`Tool::anthropic_type`]).
-    fn anthropic_type(&self) -> Option<&str> {
-        None
-    }
-    /// Whether a result may carry images (see [`Tool::returns_images`]).
-    fn returns_images(&self) -> bool {
-        false
     }
     /// Run the call with parsed arguments.
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolResult, ToolError>;
@@ -299,23 +381,11 @@ pub struct Typed<T>(pub T);
 
 #[async_trait]
 impl<T: TypedTool> Tool for Typed<T> {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-    fn description(&self) -> &str {
-        self.0.description()
+    fn info(&self) -> ToolInfo<'_> {
+        self.0.info()
     }
     fn input_schema(&self) -> Value {
         crate::schema::schema_of::<T::Args>()
-    }
-    fn output_schema(&self) -> Option<Value> {
-        self.0.output_schema()
-    }
-    fn result_is_data(&self) -> bool {
-        self.0.result_is_data()
-    }
-    fn annotations(&self) -> Annotations {
-        self.0.annotations()
     }
     fn arg_validator(&self) -> Result<Arc<ArgValidator>, String> {
         crate::validate::cached(TypeId::of::<T>(), || self.input_schema())
@@ -323,26 +393,15 @@ impl<T: TypedTool> Tool for Typed<T> {
     fn needs(&self) -> Option<String> {
         self.0.needs()
     }
-    fn freeform(&self) -> Option<crate::schema::Freeform> {
-        self.0.freeform()
-    }
-    fn keeps_session_state(&self) -> bool {
-        self.0.keeps_session_state()
-    }
-    fn anthropic_type(&self) -> Option<&str> {
-        self.0.anthropic_type()
-    }
-    fn returns_images(&self) -> bool {
-        self.0.returns_images()
-    }
     fn check_args(&self, args: &Value) -> Result<(), ToolError> {
-        let name = self.0.name();
+        let info = self.0.info();
+        let name = info.name;
         // parse_args says what arguments that are not an object must be.
         if !(args.is_null() || args.is_object()) {
             return Ok(());
         }
         let validator = self.arg_validator().map_err(|e| broken_schema(name, &e))?;
-        if self.0.checks_own_args() {
+        if info.checks_own_args {
             // Parses: the tool judges in its own words. Several mistakes: all of them at once,
             // where serde names only the first.
             return match parse_args::<T::Args>(name, args.clone()) {
@@ -365,7 +424,7 @@ impl<T: TypedTool> Tool for Typed<T> {
         let takes = self.arg_validator().is_ok_and(|v| v.takes_timeout());
         let mut ctx = ctx.clone();
         ctx.timeout = time_limit(
-            self.0.name(),
+            self.name(),
             asked.filter(|_| takes),
             ctx.timeout,
             ctx.max_timeout,
@@ -377,7 +436,7 @@ impl<T: TypedTool> Tool for Typed<T> {
         args: Value,
         ctx: &ToolContext,
     ) -> Result<ToolResult, ToolError> {
-        let parsed = parse_args::<T::Args>(self.0.name(), args)?;
+        let parsed = parse_args::<T::Args>(self.name(), args)?;
         self.0.run(parsed, ctx).await
     }
 }

@@ -10,6 +10,7 @@ use jsonschema::{Draft, ValidationError, Validator};
 use serde_json::Value;
 
 use crate::ToolError;
+use crate::sync::lock;
 
 /// The argument through which a call asks for its own time limit, in milliseconds (the
 /// validator notes whether a schema takes it; `time_limit` reads it).
@@ -257,7 +258,7 @@ pub(crate) fn cached(
     static CACHE: OnceLock<Mutex<HashMap<TypeId, Arc<ArgValidator>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     // A poisoned lock only means another thread panicked mid-insert; the map is still sound.
-    let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
+    let mut map = lock(cache);
     if let Some(v) = map.get(&key) {
         return Ok(v.clone());
     }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolyard_core::{
-    Annotations, Tool, ToolContext, ToolDefinition, ToolError, ToolResult, Typed, TypedTool,
-    schema_of,
+    Annotations, Tool, ToolContext, ToolDefinition, ToolError, ToolInfo, ToolResult, Typed,
+    TypedTool, schema_of,
 };
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -31,14 +31,9 @@ struct Run(Arc<AtomicUsize>);
 #[async_trait::async_trait]
 impl TypedTool for Run {
     type Args = RunArgs;
-    fn name(&self) -> &str {
-        "run"
-    }
-    fn description(&self) -> &str {
-        "Run it"
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
+
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new("run", "Run it", Annotations::COMMAND)
     }
     async fn run(&self, _: RunArgs, _: &ToolContext) -> Result<ToolResult, ToolError> {
         self.0.fetch_add(1, Ordering::SeqCst);
@@ -138,14 +133,9 @@ struct Timed;
 #[async_trait::async_trait]
 impl TypedTool for Timed {
     type Args = RunArgs;
-    fn name(&self) -> &str {
-        "timed"
-    }
-    fn description(&self) -> &str {
-        "timed"
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
+
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new("timed", "timed", Annotations::COMMAND)
     }
     async fn run(&self, _: RunArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         Ok(ToolResult::ok(ctx.timeout.as_millis().to_string()))
@@ -202,17 +192,15 @@ struct Broken;
 
 #[async_trait::async_trait]
 impl Tool for Broken {
-    fn name(&self) -> &str {
-        "broken"
-    }
-    fn description(&self) -> &str {
-        "A schema no validator can compile"
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "broken",
+            "A schema no validator can compile",
+            Annotations::READ_ONLY,
+        )
     }
     fn input_schema(&self) -> Value {
         json!({"type": "object", "properties": {"a": {"type": "no-such-type"}}})
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
     }
     async fn invoke(&self, _: Value, _: &ToolContext) -> Result<ToolResult, ToolError> {
         Ok(ToolResult::ok("ran"))
@@ -231,17 +219,11 @@ fn untyped_tools_are_checked_against_their_schema() {
     struct Raw;
     #[async_trait::async_trait]
     impl Tool for Raw {
-        fn name(&self) -> &str {
-            "raw"
-        }
-        fn description(&self) -> &str {
-            "raw"
+        fn info(&self) -> ToolInfo<'_> {
+            ToolInfo::new("raw", "raw", Annotations::READ_ONLY)
         }
         fn input_schema(&self) -> Value {
             json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}})
-        }
-        fn annotations(&self) -> Annotations {
-            Annotations::READ_ONLY
         }
         async fn invoke(&self, _: Value, _: &ToolContext) -> Result<ToolResult, ToolError> {
             Ok(ToolResult::ok("ran"))
@@ -266,17 +248,9 @@ struct Own;
 #[async_trait::async_trait]
 impl TypedTool for Own {
     type Args = ListArgs;
-    fn name(&self) -> &str {
-        "own"
-    }
-    fn description(&self) -> &str {
-        "own"
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
-    }
-    fn checks_own_args(&self) -> bool {
-        true
+
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new("own", "own", Annotations::READ_ONLY).checks_own_args()
     }
     async fn run(&self, a: ListArgs, _: &ToolContext) -> Result<ToolResult, ToolError> {
         if a.items.len() < 2 {
@@ -331,14 +305,9 @@ struct Task;
 #[async_trait::async_trait]
 impl TypedTool for Task {
     type Args = TaskArgs;
-    fn name(&self) -> &str {
-        "task"
-    }
-    fn description(&self) -> &str {
-        "task"
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new("task", "task", Annotations::READ_ONLY)
     }
     async fn run(&self, _: TaskArgs, _: &ToolContext) -> Result<ToolResult, ToolError> {
         Ok(ToolResult::ok("ok"))

@@ -15,7 +15,9 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{
+    Annotations, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
+};
 use toolyard_workspace::{Expect, RelPath, hash_bytes};
 
 use super::DialectTool;
@@ -160,12 +162,8 @@ impl TextEditor {
 impl TypedTool for TextEditor {
     type Args = TextEditorArgs;
 
-    fn name(&self) -> &str {
-        self.version.name()
-    }
-
-    fn description(&self) -> &str {
-        match self.version {
+    fn info(&self) -> ToolInfo<'_> {
+        let description = match self.version {
             EditorVersion::V20250728 => {
                 "Anthropic's text editor (text_editor_20250728) for viewing, creating and editing files. \
                  view: a file as `cat -n` (view_range [start, end], -1 = to the end; max_characters), or a \
@@ -182,20 +180,11 @@ impl TypedTool for TextEditor {
                  insert_line (0 = top). undo_edit: revert this session's last edit of the file. Tabs are \
                  kept as they are. A file must be viewed before it is edited."
             }
-        }
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
-    }
-
-    fn anthropic_type(&self) -> Option<&str> {
-        Some(self.version.api_type())
-    }
-
-    // `view` of an image answers with the image, as every dialect's read does.
-    fn returns_images(&self) -> bool {
-        true
+        };
+        ToolInfo::new(self.version.name(), description, Annotations::MUTATING)
+            .anthropic_type(self.version.api_type())
+            // `view` of an image answers with the image, as every dialect's read does.
+            .returns_images()
     }
 
     async fn run(&self, args: TextEditorArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -764,24 +753,17 @@ pub struct AnthropicBash {
 impl TypedTool for AnthropicBash {
     type Args = BashArgs;
 
-    fn name(&self) -> &str {
-        "bash"
-    }
-
-    fn description(&self) -> &str {
-        "Run commands in a bash shell (bash_20250124). The session is persistent: the working \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "bash",
+            "Run commands in a bash shell (bash_20250124). The session is persistent: the working \
          directory, environment variables and files persist between calls; restart: true starts \
          a fresh shell (everything it ran is killed). stderr is merged into the output; a \
          command past its time limit is interrupted and the shell stays usable. stdin is \
-         /dev/null, so interactive programs cannot be answered."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
-    }
-
-    fn anthropic_type(&self) -> Option<&str> {
-        Some("bash_20250124")
+         /dev/null, so interactive programs cannot be answered.",
+            Annotations::COMMAND,
+        )
+        .anthropic_type("bash_20250124")
     }
 
     async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -17,8 +17,9 @@ use grep_matcher::Matcher;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use toolyard_core::sync::lock;
 use toolyard_core::{
-    Annotations, TIMEOUT_ARG, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+    Annotations, TIMEOUT_ARG, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
     time_limit,
 };
 use toolyard_exec::ExecOutcome;
@@ -113,17 +114,13 @@ pub struct Write {
 impl TypedTool for Write {
     type Args = WriteArgs;
 
-    fn name(&self) -> &str {
-        "Write"
-    }
-
-    fn description(&self) -> &str {
-        "Writes a file to the workspace, overwriting it if it exists. An existing file must have \
-         been Read first. Prefer Edit for changing part of an existing file."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "Write",
+            "Writes a file to the workspace, overwriting it if it exists. An existing file must have \
+         been Read first. Prefer Edit for changing part of an existing file.",
+            Annotations::MUTATING,
+        )
     }
 
     async fn run(&self, args: WriteArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -255,26 +252,22 @@ fn apply_all(shown: &str, content: &[u8], edits: &[EditOp]) -> Result<(Vec<u8>, 
 impl TypedTool for Editor {
     type Args = MultiEditArgs;
 
-    fn name(&self) -> &str {
-        if self.multi { "MultiEdit" } else { "Edit" }
-    }
-
-    fn description(&self) -> &str {
-        if self.multi {
-            "Makes several edits to one file in one operation: each {old_string, new_string, \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            if self.multi { "MultiEdit" } else { "Edit" },
+            if self.multi {
+                "Makes several edits to one file in one operation: each {old_string, new_string, \
              replace_all} is applied in order to the result of the one before, and either all \
              succeed or none is applied. The file must have been Read first. An empty old_string \
              in the first edit of a file that does not exist creates it with new_string."
-        } else {
-            "Performs exact string replacement in a file: old_string must occur exactly once \
+            } else {
+                "Performs exact string replacement in a file: old_string must occur exactly once \
              (give more surrounding context) unless replace_all is true. Copy old_string from Read \
              output without the line-number prefix. The file must have been Read first. An empty \
              old_string on a file that does not exist creates it with new_string."
-        }
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+            },
+            Annotations::MUTATING,
+        )
     }
 
     async fn run(&self, args: MultiEditArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -297,7 +290,7 @@ impl Editor {
         }
         let ws = &self.env.workspace;
         let rel = ws.locate(&args.file_path, &ctx.cwd).map_err(translate)?;
-        let name = self.name().to_string();
+        let name = self.info().name.to_string();
         let exists = ws.metadata(&rel).map_err(translate)?.is_some();
         let (content, expect, edits): (Vec<u8>, Expect, &[EditOp]) = if !exists {
             // Claude Code creates a file from an empty old_string in the first edit.
@@ -386,16 +379,8 @@ struct SingleEdit(Editor);
 impl TypedTool for SingleEdit {
     type Args = EditArgs;
 
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    fn description(&self) -> &str {
-        self.0.description()
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+    fn info(&self) -> ToolInfo<'_> {
+        self.0.info()
     }
 
     async fn run(&self, args: EditArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -696,24 +681,13 @@ struct ClaudeBash {
 impl TypedTool for ClaudeBash {
     type Args = BashArgs;
 
-    fn name(&self) -> &str {
-        "Bash"
-    }
-
-    fn description(&self) -> &str {
-        "Executes a bash command in the workspace with an optional timeout (ms, default 120000, \
+    fn info(&self) -> ToolInfo<'_> {
+        let description = "Executes a bash command in the workspace with an optional timeout (ms, default 120000, \
          max 600000). The working directory persists between commands (a `cd` lasts into the \
          next call); shell state such as variables does not. run_in_background starts it and \
          returns its ID at once: read its output with BashOutput, stop it with KillShell. Use \
-         Read, Edit, Glob and Grep rather than cat, sed, find and grep."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
-    }
-
-    fn keeps_session_state(&self) -> bool {
-        true
+         Read, Edit, Glob and Grep rather than cat, sed, find and grep.";
+        ToolInfo::new("Bash", description, Annotations::COMMAND).keeps_session_state()
     }
 
     async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -759,7 +733,7 @@ impl TypedTool for ClaudeBash {
 impl ClaudeBash {
     fn cwds(&self) -> std::sync::MutexGuard<'_, HashMap<String, RelPath>> {
         // A panic elsewhere while holding it leaves a map that is still whole.
-        self.cwds.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.cwds)
     }
 
     /// The session's directory, or the root (and a note saying why) when it is gone or may

@@ -12,7 +12,9 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolyard_core::{Annotations, Freeform, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{
+    Annotations, Freeform, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
+};
 
 use super::DialectTool;
 use toolyard_core::shape::HeadTail;
@@ -115,20 +117,8 @@ impl ApplyPatch {
 impl TypedTool for ApplyPatch {
     type Args = ApplyPatchArgs;
 
-    fn name(&self) -> &str {
-        "apply_patch"
-    }
-
-    fn description(&self) -> &str {
-        DESCRIPTION
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
-    }
-
-    fn freeform(&self) -> Option<Freeform> {
-        Some(Freeform {
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new("apply_patch", DESCRIPTION, Annotations::MUTATING).freeform(|| Freeform {
             description: APPLY_PATCH_FREEFORM_DESCRIPTION.into(),
             syntax: "lark".into(),
             definition: APPLY_PATCH_LARK.into(),
@@ -306,19 +296,15 @@ fn unified_result(
 impl TypedTool for ExecCommand {
     type Args = ExecCommandArgs;
 
-    fn name(&self) -> &str {
-        "exec_command"
-    }
-
-    fn description(&self) -> &str {
-        "Runs a command in a PTY, returning output or a session ID for ongoing interaction. \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "exec_command",
+            "Runs a command in a PTY, returning output or a session ID for ongoing interaction. \
          tty defaults to false (plain pipes); set tty: true for programs that read a terminal \
          (REPLs). A command still running after yield_time_ms keeps running: continue it with \
-         write_stdin {session_id}."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
+         write_stdin {session_id}.",
+            Annotations::COMMAND,
+        )
     }
 
     async fn run(&self, args: ExecCommandArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -372,17 +358,13 @@ impl TypedTool for ExecCommand {
 impl TypedTool for WriteStdin {
     type Args = WriteStdinArgs;
 
-    fn name(&self) -> &str {
-        "write_stdin"
-    }
-
-    fn description(&self) -> &str {
-        "Writes characters to an existing unified exec session and returns recent output. \
-         Empty chars polls without writing. On a tty session \\u0003 is ^C and \\u0004 is ^D."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "write_stdin",
+            "Writes characters to an existing unified exec session and returns recent output. \
+         Empty chars polls without writing. On a tty session \\u0003 is ^C and \\u0004 is ^D.",
+            Annotations::COMMAND,
+        )
     }
 
     async fn run(&self, args: WriteStdinArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

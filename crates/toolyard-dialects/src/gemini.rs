@@ -15,7 +15,9 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{
+    Annotations, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
+};
 use toolyard_workspace::{Expect, hash_bytes};
 
 use super::DialectTool;
@@ -145,18 +147,14 @@ struct Glob {
 impl TypedTool for Glob {
     type Args = GlobArgs;
 
-    fn name(&self) -> &str {
-        "glob"
-    }
-
-    fn description(&self) -> &str {
-        "Finds files matching a glob pattern (e.g. `src/**/*.ts`) under dir_path (or the older \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "glob",
+            "Finds files matching a glob pattern (e.g. `src/**/*.ts`) under dir_path (or the older \
          path), newest first. Matching is case-insensitive unless case_sensitive is true; files \
-         .gitignore ignores are left out unless respect_git_ignore is false."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+         .gitignore ignores are left out unless respect_git_ignore is false.",
+            Annotations::READ_ONLY,
+        )
     }
 
     async fn run(&self, a: GlobArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -288,22 +286,18 @@ pub struct Replace {
 impl TypedTool for Replace {
     type Args = ReplaceArgs;
 
-    fn name(&self) -> &str {
-        "replace"
-    }
-
-    fn description(&self) -> &str {
-        "Replaces text within a file. By default replaces exactly one occurrence; set \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "replace",
+            "Replaces text within a file. By default replaces exactly one occurrence; set \
          expected_replacements to the number of occurrences to replace them all (the edit is \
          refused when the count differs), or allow_multiple to replace every occurrence. \
          old_string must be the exact literal text (whitespace and indentation included); small \
          differences in line endings, trailing whitespace and indentation are forgiven when \
          exactly one place matches. An empty old_string creates a new file. Read the file \
-         with read_file first; the change is journaled and can be undone."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+         with read_file first; the change is journaled and can be undone.",
+            Annotations::MUTATING,
+        )
     }
 
     async fn run(&self, a: ReplaceArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -430,18 +424,14 @@ pub struct ListDirectory {
 impl TypedTool for ListDirectory {
     type Args = ListArgs;
 
-    fn name(&self) -> &str {
-        "list_directory"
-    }
-
-    fn description(&self) -> &str {
-        "Lists the names of files and subdirectories directly within a directory (dir_path, \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "list_directory",
+            "Lists the names of files and subdirectories directly within a directory (dir_path, \
          default the workspace root), directories first and marked [DIR]. ignore: glob patterns \
-         of names to leave out. .git, node_modules and ignored files are skipped."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+         of names to leave out. .git, node_modules and ignored files are skipped.",
+            Annotations::READ_ONLY,
+        )
     }
 
     async fn run(&self, a: ListArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -516,20 +506,16 @@ pub struct ReadManyFiles {
 impl TypedTool for ReadManyFiles {
     type Args = ReadManyArgs;
 
-    fn name(&self) -> &str {
-        "read_many_files"
-    }
-
-    fn description(&self) -> &str {
-        "Reads the text of every file matching the given paths or glob patterns (include, or \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "read_many_files",
+            "Reads the text of every file matching the given paths or glob patterns (include, or \
          the older paths; exclude leaves some out) and returns them joined, each after a \
          `--- path ---` line, ending with `--- End of content ---`. Output is bounded: files \
          that do not fit are named so they can be read with read_file. Binary files are \
-         skipped. Each file read counts as read for a later edit."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+         skipped. Each file read counts as read for a later edit.",
+            Annotations::READ_ONLY,
+        )
     }
 
     async fn run(&self, a: ReadManyArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -13,7 +13,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use toolyard_core::{
-    Annotations, CallShape, CustomTool, Engine, Tool, ToolContext, ToolError, ToolResult, TypedTool,
+    Annotations, CallShape, CustomTool, Engine, Tool, ToolContext, ToolError, ToolInfo, ToolResult,
+    TypedTool,
 };
 
 use toolyard_tools::ToolEnv;
@@ -153,22 +154,13 @@ where
 {
     type Args = A;
 
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn description(&self) -> &str {
-        self.description
-    }
-
-    fn annotations(&self) -> Annotations {
-        self.annotations
-    }
-
-    // A dialect's read answers an image as the engine's does: it then declares no output
-    // schema either (a client checks results against one).
-    fn returns_images(&self) -> bool {
-        self.target.returns_images()
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo {
+            // A dialect's read answers an image as the engine's does: it then declares no
+            // output schema either (a client checks results against one).
+            returns_images: self.target.returns_images(),
+            ..ToolInfo::new(self.name, self.description, self.annotations)
+        }
     }
 
     async fn run(&self, args: A, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 
 use toolyard_tools::ToolEnv;
 use toolyard_tools::command::CommandEnv;
@@ -19,9 +19,37 @@ const BASH_DEFAULT_SECS: u64 = 60;
 const BASH_MAX_SECS: u64 = 300;
 
 /// A result whose text for the model is its JSON (the seed's tools return JSON values).
-fn json_result(value: Value) -> ToolResult {
+fn json_result(data: impl Serialize) -> ToolResult {
+    let value = serde_json::to_value(data).unwrap_or_else(|e| Value::String(e.to_string()));
     let text = serde_json::to_string_pretty(&value).unwrap_or_else(|e| e.to_string());
     ToolResult::ok(text).with_data(value)
+}
+
+/// Seed 003's `read_file` result; its output schema is derived from it.
+#[derive(Debug, Serialize, JsonSchema)]
+struct LoomReadData {
+    path: String,
+    contents: String,
+    truncated: bool,
+}
+
+/// Seed 003's `edit_file` result.
+#[derive(Debug, Serialize, JsonSchema)]
+struct LoomEditData {
+    path: String,
+    edits_applied: usize,
+    original_bytes: usize,
+    new_bytes: usize,
+}
+
+/// Seed 003's `bash` result.
+#[derive(Debug, Serialize, JsonSchema)]
+struct LoomBashData {
+    exit_code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    timed_out: bool,
+    truncated: bool,
 }
 
 /// Arguments of loom's `read_file`.
@@ -45,39 +73,18 @@ pub struct LoomReadFile {
 impl TypedTool for LoomReadFile {
     type Args = LoomReadArgs;
 
-    fn name(&self) -> &str {
-        "read_file"
-    }
-
-    fn description(&self) -> &str {
-        "Read file contents from the workspace. Returns {path, contents, truncated}; contents \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "read_file",
+            "Read file contents from the workspace. Returns {path, contents, truncated}; contents \
          are cut at max_bytes (default 30000; pass a larger max_bytes to read more). An image \
          comes back as an image; a PDF's contents are its text page by page; a notebook's, its \
-         cells with their outputs. A file must be read before edit_file changes it."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
-    }
-
-    fn result_is_data(&self) -> bool {
-        true
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "contents": {"type": "string"},
-                "truncated": {"type": "boolean"}
-            },
-            "required": ["path", "contents", "truncated"]
-        }))
-    }
-
-    fn returns_images(&self) -> bool {
-        true
+         cells with their outputs. A file must be read before edit_file changes it.",
+            Annotations::READ_ONLY,
+        )
+        .result_is_data()
+        .output::<LoomReadData>()
+        .returns_images()
     }
 
     async fn run(&self, args: LoomReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -89,11 +96,11 @@ impl TypedTool for LoomReadFile {
             && let Some(media) = read_media(&self.env, ctx, &args.path, None).await?
         {
             let rel = self.env.workspace.locate(&args.path, &ctx.cwd)?;
-            let mut shaped = json_result(json!({
-                "path": self.env.workspace.absolute(&rel).display().to_string(),
-                "contents": media.output,
-                "truncated": false,
-            }));
+            let mut shaped = json_result(LoomReadData {
+                path: self.env.workspace.absolute(&rel).display().to_string(),
+                contents: media.output,
+                truncated: false,
+            });
             shaped.images = media.images;
             return Ok(shaped);
         }
@@ -113,11 +120,11 @@ impl TypedTool for LoomReadFile {
             end -= 1;
         }
         let contents = String::from_utf8_lossy(&content[..end]).into_owned();
-        Ok(json_result(json!({
-            "path": shown,
-            "contents": contents,
-            "truncated": truncated,
-        })))
+        Ok(json_result(LoomReadData {
+            path: shown,
+            contents,
+            truncated,
+        }))
     }
 }
 
@@ -154,36 +161,17 @@ pub struct LoomEditFile {
 impl TypedTool for LoomEditFile {
     type Args = LoomEditArgs;
 
-    fn name(&self) -> &str {
-        "edit_file"
-    }
-
-    fn description(&self) -> &str {
-        "Apply snippet-based edits to a file, in order: an empty old_str appends new_str \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "edit_file",
+            "Apply snippet-based edits to a file, in order: an empty old_str appends new_str \
          (creating the file if needed); otherwise old_str must occur once (or set replace_all). \
          All edits apply or none does. An existing file must be read first. Returns \
-         {path, edits_applied, original_bytes, new_bytes}."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
-    }
-
-    fn result_is_data(&self) -> bool {
-        true
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "edits_applied": {"type": "integer"},
-                "original_bytes": {"type": "integer"},
-                "new_bytes": {"type": "integer"}
-            },
-            "required": ["path", "edits_applied", "original_bytes", "new_bytes"]
-        }))
+         {path, edits_applied, original_bytes, new_bytes}.",
+            Annotations::MUTATING,
+        )
+        .result_is_data()
+        .output::<LoomEditData>()
     }
 
     async fn run(&self, args: LoomEditArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -217,12 +205,12 @@ impl TypedTool for LoomEditFile {
             content = next;
         }
         let out = commit_write(&self.env, ctx, "edit_file", &rel, &content, &expect).await?;
-        Ok(json_result(json!({
-            "path": ws.absolute(&out.path).display().to_string(),
-            "edits_applied": args.edits.len(),
-            "original_bytes": original.map(|o| o.len()).unwrap_or(0),
-            "new_bytes": content.len(),
-        }))
+        Ok(json_result(LoomEditData {
+            path: ws.absolute(&out.path).display().to_string(),
+            edits_applied: args.edits.len(),
+            original_bytes: original.map(|o| o.len()).unwrap_or(0),
+            new_bytes: content.len(),
+        })
         .with_files_changed(vec![out.path.to_string()]))
     }
 }
@@ -249,37 +237,17 @@ pub struct Bash {
 impl TypedTool for Bash {
     type Args = BashArgs;
 
-    fn name(&self) -> &str {
-        "bash"
-    }
-
-    fn description(&self) -> &str {
-        "Execute a shell command in the workspace (sh -c). Returns {exit_code, stdout, stderr, \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "bash",
+            "Execute a shell command in the workspace (sh -c). Returns {exit_code, stdout, stderr, \
          timed_out, truncated}; timeout in seconds (default 60, max 300) kills the whole \
          process tree; long output keeps its head and tail (30000 bytes in all by default) and \
-         the full output is saved to a file named in stderr."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
-    }
-
-    fn result_is_data(&self) -> bool {
-        true
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "exit_code": {"type": ["integer", "null"]},
-                "stdout": {"type": "string"},
-                "stderr": {"type": "string"},
-                "timed_out": {"type": "boolean"},
-                "truncated": {"type": "boolean"}
-            },
-            "required": ["exit_code", "stdout", "stderr", "timed_out", "truncated"]
-        }))
+         the full output is saved to a file named in stderr.",
+            Annotations::COMMAND,
+        )
+        .result_is_data()
+        .output::<LoomBashData>()
     }
 
     async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -304,14 +272,13 @@ impl TypedTool for Bash {
                 full.display()
             ));
         }
-        let value = json!({
-            "exit_code": o.exit_code,
-            "stdout": o.stdout,
-            "stderr": stderr,
-            "timed_out": o.timed_out,
-            "truncated": o.truncated,
-        });
-        Ok(json_result(value))
+        Ok(json_result(LoomBashData {
+            exit_code: o.exit_code,
+            stdout: o.stdout,
+            stderr,
+            timed_out: o.timed_out,
+            truncated: o.truncated,
+        }))
     }
 }
 

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool};
 
 use toolyard_tools::ToolEnv;
 use toolyard_tools::command::CommandEnv;
@@ -37,22 +37,11 @@ pub struct PyReadFile {
 impl TypedTool for PyReadFile {
     type Args = PyReadArgs;
 
-    fn name(&self) -> &str {
-        "read_file"
-    }
-
-    fn description(&self) -> &str {
-        "Read file contents as text, optionally only lines [start, end] (1-indexed, inclusive). \
+    fn info(&self) -> ToolInfo<'_> {
+        let description = "Read file contents as text, optionally only lines [start, end] (1-indexed, inclusive). \
          Output is cut at 10KB with a note on how to read on. An image comes back as an image, \
-         a PDF as its text page by page, a notebook as its cells with their outputs."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
-    }
-
-    fn returns_images(&self) -> bool {
-        true
+         a PDF as its text page by page, a notebook as its cells with their outputs.";
+        ToolInfo::new("read_file", description, Annotations::READ_ONLY).returns_images()
     }
 
     async fn run(&self, args: PyReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -142,17 +131,13 @@ pub struct PyEditFile {
 impl TypedTool for PyEditFile {
     type Args = PyEditArgs;
 
-    fn name(&self) -> &str {
-        "edit_file"
-    }
-
-    fn description(&self) -> &str {
-        "Find and replace a unique string in a file (old_str must appear exactly once); the \
-         change is recorded for undo. Returns the changed lines with context."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "edit_file",
+            "Find and replace a unique string in a file (old_str must appear exactly once); the \
+         change is recorded for undo. Returns the changed lines with context.",
+            Annotations::MUTATING,
+        )
     }
 
     async fn run(&self, args: PyEditArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -187,17 +172,13 @@ pub struct ShellExecute {
 impl TypedTool for ShellExecute {
     type Args = ShellArgs;
 
-    fn name(&self) -> &str {
-        "shell_execute"
-    }
-
-    fn description(&self) -> &str {
-        "Run a shell command in the workspace directory. Captures stdout and stderr (cut to \
-         10KB, head and tail kept); dangerous commands are blocked."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "shell_execute",
+            "Run a shell command in the workspace directory. Captures stdout and stderr (cut to \
+         10KB, head and tail kept); dangerous commands are blocked.",
+            Annotations::COMMAND,
+        )
     }
 
     async fn run(&self, args: ShellArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -228,17 +209,13 @@ pub struct SearchFiles {
 impl TypedTool for SearchFiles {
     type Args = SearchFilesArgs;
 
-    fn name(&self) -> &str {
-        "search_files"
-    }
-
-    fn description(&self) -> &str {
-        "Search file contents with a regular expression across the workspace (optionally under \
-         path, in files matching file_pattern); returns matching lines with paths and line numbers."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "search_files",
+            "Search file contents with a regular expression across the workspace (optionally under \
+         path, in files matching file_pattern); returns matching lines with paths and line numbers.",
+            Annotations::READ_ONLY,
+        )
     }
 
     async fn run(&self, args: SearchFilesArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

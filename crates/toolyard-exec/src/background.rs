@@ -24,6 +24,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 use toolyard_core::ToolError;
+use toolyard_core::sync::lock;
 
 use crate::env::{EnvPolicy, Terminal};
 use crate::exec::Running;
@@ -346,10 +347,6 @@ fn unknown(id: &str) -> ToolError {
     ToolError::NotFound(format!(
         "no process `{id}` in this session: it never existed, belongs to another session, or ended and was read; see process_list for this session's processes"
     ))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One background process.

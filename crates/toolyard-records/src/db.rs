@@ -1,7 +1,6 @@
 //! The state database (`state.db` in the [`StateDir`]): one SQLite file shared by the read
 //! ledger and the journal, opened by every Toolyard process of the workspace.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -132,9 +131,7 @@ pub(crate) fn ensure_schema(
 /// Lock a mutex of this crate; a panic in another thread leaves what it guards usable (a
 /// connection's transaction rolled back when the guard's `Transaction` dropped; the ledger's
 /// maps hold whole entries), so poisoning is not an error here.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+pub(crate) use toolyard_core::sync::lock;
 
 /// A database error as a tool error.
 pub(crate) fn db_err(e: rusqlite::Error) -> ToolError {

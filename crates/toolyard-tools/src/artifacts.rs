@@ -15,7 +15,9 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{
+    Annotations, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
+};
 use toolyard_workspace::{Expect, Workspace};
 
 use crate::ToolEnv;
@@ -159,7 +161,9 @@ impl<'de> Deserialize<'de> for TaskAction {
 }
 
 /// The three kinds of artifact.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ArtifactKind {
     /// A plan (`create_plan`).
@@ -662,16 +666,13 @@ impl<A> CreateArtifact<A> {
 impl<A: Artifact> TypedTool for CreateArtifact<A> {
     type Args = A;
 
-    fn name(&self) -> &str {
-        match A::KIND {
+    fn info(&self) -> ToolInfo<'_> {
+        let name = match A::KIND {
             ArtifactKind::Plan => "create_plan",
             ArtifactKind::Spec => "create_spec",
             ArtifactKind::Phase => "create_phase",
-        }
-    }
-
-    fn description(&self) -> &str {
-        match A::KIND {
+        };
+        let description = match A::KIND {
             ArtifactKind::Plan => {
                 "Create a plan with its specs (structured output, stored as JSON and Markdown under .toolyard/artifacts/plans). The title's slug names it; creating it again replaces it."
             }
@@ -681,36 +682,17 @@ impl<A: Artifact> TypedTool for CreateArtifact<A> {
             ArtifactKind::Phase => {
                 "Create a phase with its tasks (action: create, modify or delete) and a validation_command (structured output, stored under .toolyard/artifacts/phases). Its name names it."
             }
-        }
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations {
+        };
+        let annotations = Annotations {
             read_only: false,
             destructive: true,
             idempotent: true,
             open_world: false,
-        }
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "kind": {"type": "string", "enum": ["plan", "spec", "phase"]},
-                "name": {"type": "string"},
-                "path": {"type": "string"},
-                "markdown_path": {"type": "string"},
-                "created": {"type": "boolean"},
-                "artifact": {"type": "object"}
-            },
-            "required": ["kind", "name", "path", "markdown_path", "created", "artifact"]
-        }))
-    }
-
-    fn checks_own_args(&self) -> bool {
-        // `store` validates every schema rule, all problems at once, in better words.
-        true
+        };
+        ToolInfo::new(name, description, annotations)
+            .output::<StoredData>()
+            // `store` validates every schema rule, all problems at once, in better words.
+            .checks_own_args()
     }
 
     async fn run(&self, args: A, _ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -726,17 +708,36 @@ impl<A: Artifact> TypedTool for CreateArtifact<A> {
         let kind = A::KIND.as_str();
         let verb = if created { "Created" } else { "Replaced" };
         let output = format!("{verb} {kind} `{name}` ({parts}): {path}, rendered in {md_path}");
+        let data = StoredData {
+            kind: A::KIND,
+            name,
+            path: path.clone(),
+            markdown_path: md_path.clone(),
+            created,
+            artifact,
+        };
         Ok(ToolResult::ok(output)
-            .with_data(json!({
-                "kind": kind,
-                "name": name,
-                "path": path,
-                "markdown_path": md_path,
-                "created": created,
-                "artifact": artifact,
-            }))
+            .with_data(serde_json::to_value(data)?)
             .with_files_changed(vec![path, md_path]))
     }
+}
+
+/// The structured data of create_plan, create_spec and create_phase; their output schema is
+/// derived from it.
+#[derive(Debug, Serialize, JsonSchema)]
+struct StoredData {
+    kind: ArtifactKind,
+    name: String,
+    path: String,
+    markdown_path: String,
+    created: bool,
+    #[schemars(schema_with = "any_object")]
+    artifact: Value,
+}
+
+/// The schema of a JSON object of any shape (the artifact as stored).
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object"})
 }
 
 /// create_plan, create_spec and create_phase for `env`'s workspace.

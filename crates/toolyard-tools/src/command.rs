@@ -12,7 +12,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::{
-    Annotations, Engine, Progress, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+    Annotations, Engine, Progress, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed,
+    TypedTool,
 };
 use toolyard_exec::protect::Protected;
 use toolyard_exec::sandbox::SandboxConfig;
@@ -716,25 +717,22 @@ pub struct RunCommand {
 impl TypedTool for RunCommand {
     type Args = RunCommandArgs;
 
-    fn name(&self) -> &str {
-        self.engine.name()
-    }
-
-    fn description(&self) -> &str {
-        if self.engine == Engine::RunCommandIsolated {
-            "Execute a shell command with no network access at all, in the workspace. Long \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            self.engine.name(),
+            if self.engine == Engine::RunCommandIsolated {
+                "Execute a shell command with no network access at all, in the workspace. Long \
              output keeps its head and tail; the full output is saved and named."
-        } else {
-            "Execute a shell command in the workspace (sh -c), with a timeout that kills the \
+            } else {
+                "Execute a shell command in the workspace (sh -c), with a timeout that kills the \
              whole process tree. Long output keeps its head and tail; the full output is saved \
              and named. Obviously destructive commands are refused."
-        }
-    }
-
-    fn annotations(&self) -> Annotations {
-        let mut a = Annotations::COMMAND;
-        a.open_world = self.engine.open_world();
-        a
+            },
+            Annotations {
+                open_world: self.engine.open_world(),
+                ..Annotations::COMMAND
+            },
+        )
     }
 
     async fn run(&self, args: RunCommandArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -758,26 +756,22 @@ pub struct ProjectCommand {
 impl TypedTool for ProjectCommand {
     type Args = ProjectCommandArgs;
 
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn description(&self) -> &str {
-        match self.name {
-            "build" => {
-                "Build the project (the given command, or the project's: [project] build in catalog.toml, else detected: cargo build, npm run build, make, ...). Reports progress."
-            }
-            "test" => {
-                "Run the test suite (the given command, or the project's: [project] test in catalog.toml, else detected: cargo test, npm test, make test, ...). Reports progress."
-            }
-            _ => {
-                "Run the validation command (the given command, or [project] validate in catalog.toml). Reports progress."
-            }
-        }
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            self.name,
+            match self.name {
+                "build" => {
+                    "Build the project (the given command, or the project's: [project] build in catalog.toml, else detected: cargo build, npm run build, make, ...). Reports progress."
+                }
+                "test" => {
+                    "Run the test suite (the given command, or the project's: [project] test in catalog.toml, else detected: cargo test, npm test, make test, ...). Reports progress."
+                }
+                _ => {
+                    "Run the validation command (the given command, or [project] validate in catalog.toml). Reports progress."
+                }
+            },
+            Annotations::COMMAND,
+        )
     }
 
     async fn run(

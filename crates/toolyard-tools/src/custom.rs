@@ -9,7 +9,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use toolyard_core::{
-    Annotations, ArgValidator, ArgvPart, CustomTool, Tool, ToolContext, ToolError, ToolResult,
+    Annotations, ArgValidator, ArgvPart, CustomTool, Tool, ToolContext, ToolError, ToolInfo,
+    ToolResult,
 };
 
 use crate::command::{CommandEnv, check_policy_line};
@@ -63,20 +64,16 @@ impl CustomCommand {
 
 #[async_trait]
 impl Tool for CustomCommand {
-    fn name(&self) -> &str {
-        &self.spec.name
-    }
-
-    fn description(&self) -> &str {
-        &self.spec.description
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            &self.spec.name,
+            &self.spec.description,
+            Annotations::COMMAND,
+        )
     }
 
     fn input_schema(&self) -> Value {
         self.spec.parameters.clone()
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
     }
 
     fn arg_validator(&self) -> Result<Arc<ArgValidator>, String> {

@@ -14,12 +14,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{
+    Annotations, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
+};
 
 use crate::ToolEnv;
-use crate::web::http::{EnvLookup, RetryPolicy, Service, parse_json, send_with_retry};
+use crate::web::http::{EnvLookup, RetryPolicy, Service, needs_of, parse_json, send_with_retry};
 
 const DEFAULT_SYSTEM_PROMPT: &str = "You are an expert consultant to a coding agent. Answer the \
 question directly and precisely; say so when you are unsure. Prefer concrete code and steps.";
@@ -62,6 +64,23 @@ pub struct OracleArgs {
     pub question: String,
     /// Background it needs: code, errors, what was tried.
     pub context: Option<String>,
+}
+
+/// oracle's structured data; its output schema is derived from it.
+#[derive(Debug, Serialize, JsonSchema)]
+struct OracleData {
+    answer: String,
+    model: String,
+    via: Via,
+    finish_reason: Option<String>,
+}
+
+/// Which way a question went: to the model's API itself, or through the proxy.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Via {
+    Direct,
+    Proxy,
 }
 
 /// Where the question goes.
@@ -195,44 +214,21 @@ fn answer_of(body: &[u8], service: &str) -> Result<(String, Option<String>), Too
 impl TypedTool for Oracle {
     type Args = OracleArgs;
 
-    fn name(&self) -> &str {
-        "oracle"
-    }
-
-    fn description(&self) -> &str {
-        "Ask a second, independent model for advice: a review, a hard bug, a design choice. \
-         Give a self-contained question and the context it needs; it cannot see the workspace."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations {
-            idempotent: false,
-            ..Annotations::WEB
-        }
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "oracle",
+            "Ask a second, independent model for advice: a review, a hard bug, a design choice. \
+         Give a self-contained question and the context it needs; it cannot see the workspace.",
+            Annotations {
+                idempotent: false,
+                ..Annotations::WEB
+            },
+        )
+        .output::<OracleData>()
     }
 
     fn needs(&self) -> Option<String> {
-        let problem = match &self.config {
-            Err(e) => e.clone(),
-            Ok(c) => self.route(c).err()?,
-        };
-        Some(match problem {
-            ToolError::Unavailable(m) | ToolError::InvalidArguments(m) => m,
-            other => other.to_string(),
-        })
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "answer": {"type": "string"},
-                "model": {"type": "string"},
-                "via": {"type": "string", "enum": ["direct", "proxy"]},
-                "finish_reason": {"type": ["string", "null"]}
-            },
-            "required": ["answer", "model", "via", "finish_reason"]
-        }))
+        needs_of(&self.config, |c| self.route(c))
     }
 
     async fn run(&self, args: OracleArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -266,14 +262,14 @@ impl TypedTool for Oracle {
             Route::Direct { base_url, key } => (
                 format!("{}/chat/completions", base_url.trim_end_matches('/')),
                 key.clone(),
-                "direct",
+                Via::Direct,
                 "the oracle model API",
                 "set TOOLYARD_ORACLE_API_KEY or OPENAI_API_KEY (or [oracle] api_key_env) to a valid key",
             ),
             Route::Proxy { url, token } => (
                 format!("{}/proxy/openai/complete", url.trim_end_matches('/')),
                 token.clone(),
-                "proxy",
+                Via::Proxy,
                 "the oracle proxy",
                 "set TOOLYARD_PROXY_TOKEN to a token the server accepts",
             ),
@@ -282,7 +278,7 @@ impl TypedTool for Oracle {
             name,
             auth_hint: hint,
         };
-        tracing::debug!(via, model = %model, "oracle");
+        tracing::debug!(via = ?via, model = %model, "oracle");
         let answer_body = send_with_retry(&service, &policy, &ctx.cancel, timeout, || {
             let req = self.client.post(&url).json(&body);
             match &bearer {
@@ -296,12 +292,13 @@ impl TypedTool for Oracle {
         if finish_reason.as_deref() == Some("length") {
             out.push_str("\n\n[the answer was cut off at the model's token limit]");
         }
-        Ok(ToolResult::ok(out).with_data(json!({
-            "answer": answer,
-            "model": model,
-            "via": via,
-            "finish_reason": finish_reason,
-        })))
+        let data = OracleData {
+            answer,
+            model,
+            via,
+            finish_reason,
+        };
+        Ok(ToolResult::ok(out).with_data(serde_json::to_value(data)?))
     }
 }
 

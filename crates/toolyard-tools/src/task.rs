@@ -14,8 +14,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+
+use toolyard_core::{
+    Annotations, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
+};
 
 use crate::ToolEnv;
 
@@ -36,6 +38,18 @@ pub struct Completion {
     pub summary: String,
     /// When it was recorded (seconds since the Unix epoch).
     pub completed_at: u64,
+}
+
+/// complete_task's structured data; its output schema is derived from it.
+#[derive(Debug, Serialize, JsonSchema)]
+struct CompletionData {
+    /// Always true: the task is complete (the first call or an earlier one).
+    #[schemars(extend("const" = true))]
+    completed: bool,
+    already_completed: bool,
+    summary: String,
+    session: String,
+    completed_at: u64,
 }
 
 /// The complete_task tool.
@@ -143,36 +157,20 @@ fn now_secs() -> u64 {
 impl TypedTool for CompleteTask {
     type Args = CompleteTaskArgs;
 
-    fn name(&self) -> &str {
-        "complete_task"
-    }
-
-    fn description(&self) -> &str {
-        "Signal that the task is complete, with a summary of what was accomplished. Call it once, \
-         when the work is done and verified; the loop stops after it."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations {
-            read_only: false,
-            destructive: false,
-            idempotent: true,
-            open_world: false,
-        }
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "completed": {"type": "boolean", "const": true},
-                "already_completed": {"type": "boolean"},
-                "summary": {"type": "string"},
-                "session": {"type": "string"},
-                "completed_at": {"type": "integer"}
+    fn info(&self) -> ToolInfo<'_> {
+        let description = "Signal that the task is complete, with a summary of what was accomplished. Call it once, \
+         when the work is done and verified; the loop stops after it.";
+        ToolInfo::new(
+            "complete_task",
+            description,
+            Annotations {
+                read_only: false,
+                destructive: false,
+                idempotent: true,
+                open_world: false,
             },
-            "required": ["completed", "already_completed", "summary", "session", "completed_at"]
-        }))
+        )
+        .output::<CompletionData>()
     }
 
     async fn run(
@@ -215,13 +213,14 @@ impl TypedTool for CompleteTask {
         } else {
             format!("Task complete: {}", stored.summary)
         };
-        Ok(ToolResult::ok(output).with_data(json!({
-            "completed": true,
-            "already_completed": already,
-            "summary": stored.summary,
-            "session": stored.session,
-            "completed_at": stored.completed_at,
-        })))
+        let data = CompletionData {
+            completed: true,
+            already_completed: already,
+            summary: stored.summary,
+            session: stored.session,
+            completed_at: stored.completed_at,
+        };
+        Ok(ToolResult::ok(output).with_data(serde_json::to_value(data)?))
     }
 }
 

@@ -7,7 +7,9 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool};
+use toolyard_core::{
+    Annotations, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
+};
 use toolyard_records::{ChangeId, LocalRecords, UndoOutcome};
 
 /// Arguments of `undo`.
@@ -30,21 +32,17 @@ pub struct Undo {
 impl TypedTool for Undo {
     type Args = UndoArgs;
 
-    fn name(&self) -> &str {
-        "undo"
-    }
-
-    fn description(&self) -> &str {
-        "Undo a change made by write_file, edit_file or undo: restores the exact previous bytes \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "undo",
+            "Undo a change made by write_file, edit_file or undo: restores the exact previous bytes \
          and mode, or removes a file the change created. The changes one call made to several \
          files (an apply_patch) are undone together. Without change_id, undoes this session's \
          last change; call it again to go further back. An undo is a change too: undo it (by \
          its change_id) to redo. Refuses if a file changed since, unless force is true; a file \
-         already back to its earlier content is only marked undone."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+         already back to its earlier content is only marked undone.",
+            Annotations::MUTATING,
+        )
     }
 
     async fn run(&self, args: UndoArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -40,7 +40,16 @@ impl Fixture {
 
     async fn call(&self, name: &str, args: Value) -> Result<ToolResult, ToolError> {
         let ctx = ToolContext::new(self.workspace.root(), "s1");
-        self.tool(name).invoke(args, &ctx).await
+        let tool = self.tool(name);
+        let result = tool.invoke(args, &ctx).await;
+        // Every structured result conforms to the output schema the tool declares.
+        if let Ok(r) = &result
+            && let Some(data) = &r.data
+        {
+            let problems = toolyard_core::output_problems(&**tool, data);
+            assert!(problems.is_empty(), "{data}: {problems:?}");
+        }
+        result
     }
 
     fn read(&self, rel: &str) -> String {

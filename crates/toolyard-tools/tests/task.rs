@@ -19,10 +19,15 @@ fn fixture() -> Fixture {
 
 async fn complete(f: &Fixture, session: &str, summary: &str) -> ToolResult {
     let ctx = ToolContext::new("/tmp", session);
-    f.tool
+    let result = f
+        .tool
         .invoke(json!({"summary": summary}), &ctx)
         .await
-        .unwrap()
+        .unwrap();
+    let data = result.data.as_ref().expect("data");
+    let problems = toolyard_core::output_problems(&*f.tool, data);
+    assert!(problems.is_empty(), "{data}: {problems:?}");
+    result
 }
 
 #[tokio::test]

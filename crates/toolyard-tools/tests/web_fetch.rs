@@ -41,7 +41,15 @@ fn ctx() -> ToolContext {
 }
 
 async fn call(tool: &Arc<dyn Tool>, args: Value) -> Result<toolyard_core::ToolResult, ToolError> {
-    tool.invoke(args, &ctx()).await
+    let result = tool.invoke(args, &ctx()).await;
+    // Every structured result conforms to the output schema the tool declares.
+    if let Ok(r) = &result
+        && let Some(data) = &r.data
+    {
+        let problems = toolyard_core::output_problems(&**tool, data);
+        assert!(problems.is_empty(), "{data}: {problems:?}");
+    }
+    result
 }
 
 const ARTICLE_PAGE: &str = r#"<!doctype html>

@@ -136,7 +136,15 @@ fn tool(config: WebConfig, env: EnvLookup) -> Arc<dyn Tool> {
 }
 
 async fn search(tool: &Arc<dyn Tool>, args: Value) -> Result<ToolResult, ToolError> {
-    tool.invoke(args, &ToolContext::new("/tmp", "s1")).await
+    let result = tool.invoke(args, &ToolContext::new("/tmp", "s1")).await;
+    // Every structured result conforms to the output schema the tool declares.
+    if let Ok(r) = &result
+        && let Some(data) = &r.data
+    {
+        let problems = toolyard_core::output_problems(&**tool, data);
+        assert!(problems.is_empty(), "{data}: {problems:?}");
+    }
+    result
 }
 
 fn serper_config(addr: SocketAddr) -> WebConfig {

@@ -27,8 +27,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolyard_core::{
-    Annotations, CallShape, Catalog, Lane, ToolContext, ToolError, ToolResult, ToolSpec, Typed,
-    TypedTool,
+    Annotations, CallShape, Catalog, Lane, ToolContext, ToolError, ToolInfo, ToolResult, ToolSpec,
+    Typed, TypedTool,
 };
 use toolyard_dispatch::{CallRequest, Dispatcher, DispatcherConfig};
 use toolyard_tools::ToolEnv;
@@ -54,16 +54,12 @@ struct AppendLine {
 impl TypedTool for AppendLine {
     type Args = AppendLineArgs;
 
-    fn name(&self) -> &str {
-        "append_line"
-    }
-
-    fn description(&self) -> &str {
-        "Append one line to the end of a file in the workspace (created when missing)."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "append_line",
+            "Append one line to the end of a file in the workspace (created when missing).",
+            Annotations::MUTATING,
+        )
     }
 
     async fn run(&self, a: AppendLineArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -86,7 +82,7 @@ impl TypedTool for AppendLine {
         }
         bytes.extend_from_slice(a.line.as_bytes());
         bytes.push(b'\n');
-        let out = commit_write(&self.env, ctx, self.name(), &rel, &bytes, &expect).await?;
+        let out = commit_write(&self.env, ctx, self.info().name, &rel, &bytes, &expect).await?;
         Ok(ToolResult::ok(format!("appended a line to {rel}"))
             .with_data(json!({"path": rel.to_string()}))
             .with_files_changed(vec![out.path.to_string()]))
@@ -109,16 +105,12 @@ struct CheckCommand;
 impl TypedTool for CheckCommand {
     type Args = CheckCommandArgs;
 
-    fn name(&self) -> &str {
-        "check_command"
-    }
-
-    fn description(&self) -> &str {
-        "Say whether the command policy lets a command line through (it is not run)."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "check_command",
+            "Say whether the command policy lets a command line through (it is not run).",
+            Annotations::READ_ONLY,
+        )
     }
 
     async fn run(&self, a: CheckCommandArgs, _: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 use toolyard_tools::ToolEnv;
 use toolyard_tools::files::{commit_write, expect_for_write};
 use toolyard_workspace::hash_bytes;
@@ -40,18 +40,14 @@ pub struct NotebookEdit {
 impl TypedTool for NotebookEdit {
     type Args = NotebookEditArgs;
 
-    fn name(&self) -> &str {
-        "NotebookEdit"
-    }
-
-    fn description(&self) -> &str {
-        "Replaces the source of one cell of a Jupyter notebook (.ipynb), inserts a new cell \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "NotebookEdit",
+            "Replaces the source of one cell of a Jupyter notebook (.ipynb), inserts a new cell \
          after cell_id (edit_mode insert, cell_type required), or deletes a cell (edit_mode \
-         delete). The notebook must have been Read first. A replaced code cell loses its outputs."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+         delete). The notebook must have been Read first. A replaced code cell loses its outputs.",
+            Annotations::MUTATING,
+        )
     }
 
     async fn run(

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{Annotations, Tool, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 use toolyard_tools::ToolEnv;
 use toolyard_tools::files::read_tracked;
 
@@ -46,24 +46,17 @@ pub struct Read {
 impl TypedTool for Read {
     type Args = ReadArgs;
 
-    fn name(&self) -> &str {
-        "Read"
-    }
-
-    fn description(&self) -> &str {
-        "Reads a file from the workspace. file_path should be absolute. By default reads up to \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "Read",
+            "Reads a file from the workspace. file_path should be absolute. By default reads up to \
          2000 lines from the start; offset (line to start from) and limit (number of lines) read \
          part of a long file. Lines longer than 2000 characters are cut. Results are in `cat -n` \
          format, line numbers starting at 1. Reads images (shown visually), PDFs (pages) and \
-         .ipynb notebooks. Directories cannot be read; use Bash `ls` or Glob."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
-    }
-
-    fn returns_images(&self) -> bool {
-        true
+         .ipynb notebooks. Directories cannot be read; use Bash `ls` or Glob.",
+            Annotations::READ_ONLY,
+        )
+        .returns_images()
     }
 
     async fn run(&self, args: ReadArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -46,8 +46,8 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rusqlite::types::Value;

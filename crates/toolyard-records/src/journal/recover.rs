@@ -58,7 +58,7 @@ impl Journal {
         &self,
         work: impl FnOnce() -> Result<Vec<Change>, ToolError>,
     ) -> Result<Vec<Change>, ToolError> {
-        let mut owner = self.owner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut owner = db::lock(&self.owner);
         let file = match owner.take() {
             Some(f) => f,
             None => open_owner_lock(&self.owner_path)?,

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+use toolyard_core::sync::lock;
 use toolyard_records::{DIR_HASH, symlink_hash};
 
 use super::{
@@ -340,7 +341,7 @@ fn walk(root: &OwnedFd, scope: &Scope, watch: Option<WatchCtx<'_>>) -> Walked {
                 };
                 loop {
                     let dir = {
-                        let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut sh = lock(&shared);
                         loop {
                             if let Some(d) = sh.queue.pop() {
                                 sh.busy += 1;
@@ -366,13 +367,13 @@ fn walk(root: &OwnedFd, scope: &Scope, watch: Option<WatchCtx<'_>>) -> Walked {
                     for (x, _) in &excluded[had..] {
                         watch(x, true);
                     }
-                    let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut sh = lock(&shared);
                     sh.queue.extend(subdirs);
                     sh.busy -= 1;
                     drop(sh);
                     cv.notify_all();
                 }
-                let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
+                let mut r = lock(&results);
                 r.entries.append(&mut mine);
                 r.excluded.extend(excluded);
                 r.unlisted.append(&mut unlisted);

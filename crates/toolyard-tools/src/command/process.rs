@@ -16,8 +16,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::shape::HeadTail;
+use toolyard_core::sync::lock;
 use toolyard_core::{
-    Annotations, Progress, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+    Annotations, Progress, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
 };
 use toolyard_exec::background::{BgProcess, BgSpawn, Ended, ProcessTable, ProcessesConfig, Taken};
 
@@ -170,10 +171,6 @@ pub fn forget(
 ) {
     reported(proc, ended, log);
     table(commands).remove(&proc.id);
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Start a command as a process that may outlive the call (`background`, `yield_ms`, `tty`).
@@ -530,14 +527,13 @@ impl ShellTool {
 #[async_trait]
 impl TypedTool for ShellTool {
     type Args = ShellArgs;
-    fn name(&self) -> &str {
-        "shell"
-    }
-    fn description(&self) -> &str {
-        "Run a command in this session's persistent shell (bash if present, else sh): cd, exported variables and functions persist between calls. A command past its timeout is interrupted and the shell stays usable; restart: true starts a fresh shell. stdin is /dev/null; for interactive programs use run_command with tty."
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
+
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "shell",
+            "Run a command in this session's persistent shell (bash if present, else sh): cd, exported variables and functions persist between calls. A command past its timeout is interrupted and the shell stays usable; restart: true starts a fresh shell. stdin is /dev/null; for interactive programs use run_command with tty.",
+            Annotations::COMMAND,
+        )
     }
     async fn run(&self, args: ShellArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let command = args.command.unwrap_or_default();

@@ -8,7 +8,7 @@ use memchr::memmem;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 
 use super::{Aim, commit_write, expect_for_write, is_read_refusal, refuse_unread};
 use crate::ToolEnv;
@@ -812,20 +812,16 @@ fn carry(regions: &[(usize, usize)], reps: &[Replacement]) -> Vec<(usize, usize)
 impl TypedTool for EditFile {
     type Args = EditFileCall;
 
-    fn name(&self) -> &str {
-        "edit_file"
-    }
-
-    fn description(&self) -> &str {
-        "Replace an exact string in a file. old_string must occur exactly once unless \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "edit_file",
+            "Replace an exact string in a file. old_string must occur exactly once unless \
          replace_all is true; line endings, BOM and the final newline are kept. Several edits \
          of one file go in one call as edits: [{old_string, new_string, replace_all?}, ...], \
          applied in order, all or none. The file must have been read with read_file in this \
-         session. Shows the changed lines."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+         session. Shows the changed lines.",
+            Annotations::MUTATING,
+        )
     }
 
     async fn run(&self, args: EditFileCall, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 use toolyard_workspace::RelPath;
 
 use crate::ToolEnv;
@@ -291,12 +291,8 @@ impl Windower {
 impl TypedTool for ReadFile {
     type Args = ReadFileArgs;
 
-    fn name(&self) -> &str {
-        "read_file"
-    }
-
-    fn description(&self) -> &str {
-        "Read a text file with line numbers (`     N|line`). Shows up to 1000 lines from `offset` \
+    fn info(&self) -> ToolInfo<'_> {
+        let description = "Read a text file with line numbers (`     N|line`). Shows up to 1000 lines from `offset` \
          (1-indexed); long lines and large outputs are cut with a note saying how to read on. \
          Several files or ranges in one call: `paths` [\"a.rs\", \"b.rs\"] or `reads` \
          [{\"path\": \"a.rs\", \"offset\": 40, \"limit\": 30}, ...], each after a `==> path <==` \
@@ -304,15 +300,8 @@ impl TypedTool for ReadFile {
          JPEG, GIF, WebP; large ones scaled down) come back as an image; a PDF as its text page \
          by page (`pages`: \"1-3\", \"5\"); a Jupyter notebook (.ipynb) as its numbered cells \
          with their outputs. Other binary files are refused with what they are. The full output \
-         of a command that was cut is read by the path its note gives (or `output:<id>`)."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
-    }
-
-    fn returns_images(&self) -> bool {
-        true
+         of a command that was cut is read by the path its note gives (or `output:<id>`).";
+        ToolInfo::new("read_file", description, Annotations::READ_ONLY).returns_images()
     }
 
     async fn run(&self, args: ReadFileArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 
 use super::{Aim, commit_write, expect_for_write, is_read_refusal, refuse_unread};
 use crate::ToolEnv;
@@ -37,18 +37,14 @@ impl WriteFile {
 impl TypedTool for WriteFile {
     type Args = WriteFileArgs;
 
-    fn name(&self) -> &str {
-        "write_file"
-    }
-
-    fn description(&self) -> &str {
-        "Write content to a file, creating parent directories. Replacing an existing file \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "write_file",
+            "Write content to a file, creating parent directories. Replacing an existing file \
          requires reading it first with read_file in this session. The write is atomic and can \
-         be undone."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+         be undone.",
+            Annotations::MUTATING,
+        )
     }
 
     async fn run(&self, args: WriteFileArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolyard_core::{
-    Annotations, Engine, Tool, ToolContext, ToolError, ToolResult, Typed, TypedTool,
+    Annotations, Engine, Tool, ToolContext, ToolError, ToolInfo, ToolResult, Typed, TypedTool,
 };
 use toolyard_lsp::Manager;
 use toolyard_workspace::{Expect, RelPath, hash_bytes};
@@ -211,22 +211,18 @@ pub struct Diagnostics {
 impl TypedTool for Diagnostics {
     type Args = DiagnosticsArgs;
 
-    fn name(&self) -> &str {
-        "diagnostics"
-    }
-
-    fn description(&self) -> &str {
-        "Current problems (errors, warnings) from the language server or check command: for a \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "diagnostics",
+            "Current problems (errors, warnings) from the language server or check command: for a \
          file, the server is told its content as it is on disk now (after a command changed it, \
          too) and the call waits for diagnostics of that version; for a directory or the \
          workspace (no path), the problems known in the files the servers have looked at. Each \
          problem as path:line:col, severity, code, message and the line's text. Changes made \
          with the file tools already report their new problems; use this after commands, or \
-         when a change said it was still checking."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+         when a change said it was still checking.",
+            Annotations::READ_ONLY,
+        )
     }
 
     async fn run(&self, args: DiagnosticsArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -323,16 +319,8 @@ const LSP_DESCRIPTION: &str = "Code navigation through the file's language serve
 impl TypedTool for Lsp {
     type Args = LspArgs;
 
-    fn name(&self) -> &str {
-        "lsp"
-    }
-
-    fn description(&self) -> &str {
-        LSP_DESCRIPTION
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new("lsp", LSP_DESCRIPTION, Annotations::READ_ONLY)
     }
 
     async fn run(&self, args: LspArgs, _ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -348,16 +336,8 @@ pub struct ClaudeLsp(Lsp);
 impl TypedTool for ClaudeLsp {
     type Args = ClaudeLspArgs;
 
-    fn name(&self) -> &str {
-        "LSP"
-    }
-
-    fn description(&self) -> &str {
-        LSP_DESCRIPTION
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new("LSP", LSP_DESCRIPTION, Annotations::READ_ONLY)
     }
 
     async fn run(&self, a: ClaudeLspArgs, _ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -698,19 +678,15 @@ pub struct RenameSymbol {
 impl TypedTool for RenameSymbol {
     type Args = RenameArgs;
 
-    fn name(&self) -> &str {
-        "rename_symbol"
-    }
-
-    fn description(&self) -> &str {
-        "Rename a symbol everywhere the language server finds it (definition and every \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "rename_symbol",
+            "Rename a symbol everywhere the language server finds it (definition and every \
          reference, across files), as one change: one undo reverts every file. line and \
          character are 1-based and point into the symbol's name. Refused, with the server's \
-         reason, when it offers no rename there."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+         reason, when it offers no rename there.",
+            Annotations::MUTATING,
+        )
     }
 
     async fn run(&self, args: RenameArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -881,21 +857,17 @@ const MAX_OUTLINE_BYTES: usize = 4 * 1024 * 1024;
 impl TypedTool for Outline {
     type Args = OutlineArgs;
 
-    fn name(&self) -> &str {
-        "outline"
-    }
-
-    fn description(&self) -> &str {
-        "A file's symbols (classes, functions, methods, ...) with their line ranges (1-based, \
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "outline",
+            "A file's symbols (classes, functions, methods, ...) with their line ranges (1-based, \
          as read_file numbers them) and signatures, nested; from the file's language server, \
          else from its tree-sitter grammar (Rust, Python, JavaScript/TypeScript, Go, C, Java), \
          so no server is needed. For a directory: the top-level symbols of its source files, \
          most referenced first (how often each name occurs as an identifier in those files), \
-         within a size budget that says what it left out."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+         within a size budget that says what it left out.",
+            Annotations::READ_ONLY,
+        )
     }
 
     async fn run(&self, args: OutlineArgs, _ctx: &ToolContext) -> Result<ToolResult, ToolError> {

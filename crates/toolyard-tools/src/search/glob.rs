@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toolyard_core::shape::head_tail;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 use toolyard_workspace::{RelPath, Workspace};
 
 use super::Vocab;
@@ -354,16 +354,8 @@ impl GlobTool {
 impl TypedTool for GlobTool {
     type Args = GlobArgs;
 
-    fn name(&self) -> &str {
-        "glob"
-    }
-
-    fn description(&self) -> &str {
-        DESCRIPTION
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new("glob", DESCRIPTION, Annotations::READ_ONLY)
     }
 
     async fn run(&self, args: GlobArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

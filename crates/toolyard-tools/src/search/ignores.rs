@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use ignore::Match;
 use ignore::gitignore::Gitignore;
+use toolyard_core::sync::lock;
 
 /// The ignore files a directory may hold, strongest first (as ripgrep: `.ignore` over
 /// `.gitignore`).
@@ -142,10 +143,6 @@ static CACHE: LazyLock<Cache> = LazyLock::new(|| Cache {
     dirs: Mutex::new(HashMap::new()),
     global: Mutex::new(None),
 });
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// The rules of `dir` whose current stamp is `stamp`: from the cache when still fresh.
 fn rules_of(dir: &Path, stamp: Stamp) -> Arc<DirRules> {

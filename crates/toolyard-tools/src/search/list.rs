@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use toolyard_core::shape::head_tail;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 use toolyard_workspace::{RelPath, Workspace};
 
 use super::{ignores, walk};
@@ -427,16 +427,12 @@ impl ListDirectoryTool {
 impl TypedTool for ListDirectoryTool {
     type Args = ListDirectoryArgs;
 
-    fn name(&self) -> &str {
-        "list_directory"
-    }
-
-    fn description(&self) -> &str {
-        LIST_DIRECTORY_DESCRIPTION
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            "list_directory",
+            LIST_DIRECTORY_DESCRIPTION,
+            Annotations::READ_ONLY,
+        )
     }
 
     async fn run(
@@ -514,16 +510,8 @@ impl ListFilesTool {
 impl TypedTool for ListFilesTool {
     type Args = ListFilesArgs;
 
-    fn name(&self) -> &str {
-        "list_files"
-    }
-
-    fn description(&self) -> &str {
-        LIST_FILES_DESCRIPTION
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new("list_files", LIST_FILES_DESCRIPTION, Annotations::READ_ONLY)
     }
 
     async fn run(&self, args: ListFilesArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {

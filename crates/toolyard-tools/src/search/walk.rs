@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ignore::{DirEntry, WalkBuilder};
+use toolyard_core::sync::lock;
 use toolyard_workspace::Workspace;
 
 /// Directory names never descended into, whatever the ignore files say.
@@ -112,7 +113,7 @@ impl HiddenProbe {
     /// A hidden file (workspace-relative) that would have matched.
     pub(crate) fn matched(&self, rel: &[u8]) {
         self.matched.fetch_add(1, Ordering::Relaxed);
-        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        let mut names = lock(&self.names);
         names.insert(display(rel));
         if names.len() > NAMES_SHOWN {
             names.pop_last();

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION};
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 use url::{Host, Url};
 
 use super::WebConfig;
@@ -66,10 +66,39 @@ struct Page {
     redirects: Vec<String>,
     status: u16,
     content_type: String,
-    format: &'static str,
+    format: Format,
     text: String,
     download_truncated: bool,
     bytes: usize,
+}
+
+/// What a page's text is.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Format {
+    Markdown,
+    Html,
+    Json,
+    Text,
+}
+
+/// web_fetch's structured data; its output schema is derived from it.
+#[derive(Debug, Serialize, JsonSchema)]
+struct FetchData {
+    url: String,
+    final_url: String,
+    // Always written, but the schema has never promised it.
+    #[schemars(skip_serializing_if = "Vec::is_empty")]
+    redirects: Vec<String>,
+    status: u16,
+    content_type: String,
+    format: Format,
+    start_index: usize,
+    end_index: usize,
+    total_chars: usize,
+    next_start_index: Option<usize>,
+    download_truncated: bool,
+    cached: bool,
 }
 
 #[derive(Debug)]
@@ -149,40 +178,11 @@ impl WebFetch {
 impl TypedTool for WebFetch {
     type Args = WebFetchArgs;
 
-    fn name(&self) -> &str {
-        "web_fetch"
-    }
-
-    fn description(&self) -> &str {
-        "Fetch a URL and return its main content as Markdown (JSON and plain text as they are). \
+    fn info(&self) -> ToolInfo<'_> {
+        let description = "Fetch a URL and return its main content as Markdown (JSON and plain text as they are). \
          Long pages come in parts: call again with the start_index the result names. \
-         Internal and private addresses are refused."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::WEB
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "url": {"type": "string"},
-                "final_url": {"type": "string"},
-                "redirects": {"type": "array", "items": {"type": "string"}},
-                "status": {"type": "integer"},
-                "content_type": {"type": "string"},
-                "format": {"type": "string", "enum": ["markdown", "html", "json", "text"]},
-                "start_index": {"type": "integer"},
-                "end_index": {"type": "integer"},
-                "total_chars": {"type": "integer"},
-                "next_start_index": {"type": ["integer", "null"]},
-                "download_truncated": {"type": "boolean"},
-                "cached": {"type": "boolean"}
-            },
-            "required": ["url", "final_url", "status", "content_type", "format", "start_index",
-                         "end_index", "total_chars", "next_start_index", "download_truncated", "cached"]
-        }))
+         Internal and private addresses are refused.";
+        ToolInfo::new("web_fetch", description, Annotations::WEB).output::<FetchData>()
     }
 
     async fn run(&self, args: WebFetchArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -232,21 +232,21 @@ impl TypedTool for WebFetch {
                 s.max_bytes, page.bytes
             ));
         }
-        let data = json!({
-            "url": url.as_str(),
-            "final_url": page.final_url,
-            "redirects": page.redirects,
-            "status": page.status,
-            "content_type": page.content_type,
-            "format": page.format,
-            "start_index": args.start_index,
-            "end_index": end,
-            "total_chars": total,
-            "next_start_index": next,
-            "download_truncated": page.download_truncated,
-            "cached": cached,
-        });
-        Ok(ToolResult::ok(out).with_data(data))
+        let data = FetchData {
+            url: url.to_string(),
+            final_url: page.final_url.clone(),
+            redirects: page.redirects.clone(),
+            status: page.status,
+            content_type: page.content_type.clone(),
+            format: page.format,
+            start_index: args.start_index,
+            end_index: end,
+            total_chars: total,
+            next_start_index: next,
+            download_truncated: page.download_truncated,
+            cached,
+        };
+        Ok(ToolResult::ok(out).with_data(serde_json::to_value(data)?))
     }
 }
 
@@ -375,16 +375,19 @@ async fn fetch(
                     tokio::task::spawn_blocking(move || html_to_markdown(&decoded, Some(&base)))
                         .await
                         .map_err(|e| ToolError::Io(format!("HTML conversion failed: {e}")))?;
-                ("markdown", md)
+                (Format::Markdown, md)
             }
-            (Kind::Html, true) => ("html", decoded),
+            (Kind::Html, true) => (Format::Html, decoded),
             (Kind::Json, false) => match serde_json::from_str::<Value>(&decoded) {
                 // Minified JSON is one enormous line; indented, it pages and reads better.
-                Ok(v) => ("json", serde_json::to_string_pretty(&v).unwrap_or(decoded)),
-                Err(_) => ("json", decoded),
+                Ok(v) => (
+                    Format::Json,
+                    serde_json::to_string_pretty(&v).unwrap_or(decoded),
+                ),
+                Err(_) => (Format::Json, decoded),
             },
-            (Kind::Json, true) => ("json", decoded),
-            (Kind::Text, _) => ("text", decoded),
+            (Kind::Json, true) => (Format::Json, decoded),
+            (Kind::Text, _) => (Format::Text, decoded),
         };
         return Ok(Page {
             final_url,

@@ -16,6 +16,23 @@ pub fn process_env() -> EnvLookup {
     Arc::new(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
 }
 
+/// What a service tool still needs before it can work ([`toolyard_core::Tool::needs`]): the
+/// message of its configuration's error, else of `choose`'s (which endpoint or provider a
+/// call would use); `None` when both succeed.
+pub(crate) fn needs_of<C, R>(
+    config: &Result<C, ToolError>,
+    choose: impl FnOnce(&C) -> Result<R, ToolError>,
+) -> Option<String> {
+    let problem = match config {
+        Err(e) => e.clone(),
+        Ok(c) => choose(c).err()?,
+    };
+    Some(match problem {
+        ToolError::Unavailable(m) | ToolError::InvalidArguments(m) => m,
+        other => other.to_string(),
+    })
+}
+
 /// The most bytes read from an API response (search results, a model's answer).
 pub(crate) const MAX_API_BODY: usize = 8 * 1024 * 1024;
 

@@ -6,10 +6,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use serde_json::json;
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 
-use super::http::{EnvLookup, RetryPolicy, Service, parse_json, send_with_retry};
+use super::http::{EnvLookup, RetryPolicy, Service, needs_of, parse_json, send_with_retry};
 use super::{ProviderConfig, WebConfig};
 
 const SERPER_URL: &str = "https://google.serper.dev/search";
@@ -19,7 +19,7 @@ const DEFAULT_RESULTS: u32 = 5;
 const MAX_RESULTS: u32 = 10;
 
 /// A search provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
     /// Serper (POST google.serper.dev/search, header X-API-KEY).
@@ -81,7 +81,7 @@ impl Provider {
 }
 
 /// One normalised search result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SearchHit {
     /// The page title.
     pub title: String,
@@ -89,6 +89,14 @@ pub struct SearchHit {
     pub url: String,
     /// A short excerpt (may be empty).
     pub snippet: String,
+}
+
+/// web_search's structured data; its output schema is derived from it.
+#[derive(Debug, Serialize, JsonSchema)]
+struct SearchData {
+    query: String,
+    provider: Provider,
+    results: Vec<SearchHit>,
 }
 
 /// Arguments of web_search.
@@ -438,51 +446,14 @@ fn clean(text: &str) -> String {
 impl TypedTool for WebSearch {
     type Args = WebSearchArgs;
 
-    fn name(&self) -> &str {
-        "web_search"
-    }
-
-    fn description(&self) -> &str {
-        "Search the web. Returns up to max_results (default 5, at most 10) results, each a title, \
-         URL and snippet; read a page with web_fetch."
-    }
-
-    fn annotations(&self) -> Annotations {
-        Annotations::WEB
+    fn info(&self) -> ToolInfo<'_> {
+        let description = "Search the web. Returns up to max_results (default 5, at most 10) results, each a title, \
+         URL and snippet; read a page with web_fetch.";
+        ToolInfo::new("web_search", description, Annotations::WEB).output::<SearchData>()
     }
 
     fn needs(&self) -> Option<String> {
-        let problem = match &self.config {
-            Err(e) => e.clone(),
-            Ok(c) => self.choose(c).err()?,
-        };
-        Some(match problem {
-            ToolError::Unavailable(m) | ToolError::InvalidArguments(m) => m,
-            other => other.to_string(),
-        })
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "query": {"type": "string"},
-                "provider": {"type": "string", "enum": ["serper", "google", "brave", "searxng", "proxy"]},
-                "results": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "title": {"type": "string"},
-                            "url": {"type": "string"},
-                            "snippet": {"type": "string"}
-                        },
-                        "required": ["title", "url", "snippet"]
-                    }
-                }
-            },
-            "required": ["query", "provider", "results"]
-        }))
+        needs_of(&self.config, |c| self.choose(c))
     }
 
     async fn run(&self, args: WebSearchArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
@@ -514,12 +485,12 @@ impl TypedTool for WebSearch {
                 out.push_str(&format!("   {}\n", h.snippet));
             }
         }
-        let data = json!({
-            "query": query,
-            "provider": ready.provider.as_str(),
-            "results": hits,
-        });
-        Ok(ToolResult::ok(out).with_data(data))
+        let data = SearchData {
+            query: query.to_string(),
+            provider: ready.provider,
+            results: hits,
+        };
+        Ok(ToolResult::ok(out).with_data(serde_json::to_value(data)?))
     }
 }
 

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolyard_core::{Annotations, ToolContext, ToolError, ToolResult, TypedTool};
+use toolyard_core::{Annotations, ToolContext, ToolError, ToolInfo, ToolResult, TypedTool};
 use toolyard_exec::background::{BgProcess, Ended};
 
 use super::{
@@ -92,14 +92,13 @@ pub(super) struct ListTool(pub(super) ProcessTool);
 #[async_trait]
 impl TypedTool for OutputTool {
     type Args = ProcessOutputArgs;
-    fn name(&self) -> &str {
-        self.0.name
-    }
-    fn description(&self) -> &str {
-        "Read a process started with run_command background/yield_ms: the output since the last read (head and tail; the full output is in a file), whether it still runs, its exit status once ended. wait_ms waits for new output or the end."
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            self.0.name,
+            "Read a process started with run_command background/yield_ms: the output since the last read (head and tail; the full output is in a file), whether it still runs, its exit status once ended. wait_ms waits for new output or the end.",
+            Annotations::READ_ONLY,
+        )
     }
     async fn run(
         &self,
@@ -125,14 +124,13 @@ impl TypedTool for OutputTool {
 #[async_trait]
 impl TypedTool for InputTool {
     type Args = ProcessInputArgs;
-    fn name(&self) -> &str {
-        self.0.name
-    }
-    fn description(&self) -> &str {
-        "Write text to the input of a running process (started with run_command background/yield_ms/tty) and return what it prints within wait_ms. On a tty, \\u0003 is ^C and \\u0004 is ^D; on pipes, eof: true closes its input."
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations::COMMAND
+
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            self.0.name,
+            "Write text to the input of a running process (started with run_command background/yield_ms/tty) and return what it prints within wait_ms. On a tty, \\u0003 is ^C and \\u0004 is ^D; on pipes, eof: true closes its input.",
+            Annotations::COMMAND,
+        )
     }
     async fn run(
         &self,
@@ -178,14 +176,13 @@ impl TypedTool for InputTool {
 #[async_trait]
 impl TypedTool for KillTool {
     type Args = ProcessKillArgs;
-    fn name(&self) -> &str {
-        self.0.name
-    }
-    fn description(&self) -> &str {
-        "Stop a process started with run_command background/yield_ms: by default kill it and every process it started (its whole tree); or send one signal (SIGINT, SIGTERM, ...). Returns its last output."
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations::MUTATING
+
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            self.0.name,
+            "Stop a process started with run_command background/yield_ms: by default kill it and every process it started (its whole tree); or send one signal (SIGINT, SIGTERM, ...). Returns its last output.",
+            Annotations::MUTATING,
+        )
     }
     async fn run(&self, args: ProcessKillArgs, ctx: &ToolContext) -> Result<ToolResult, ToolError> {
         let commands = &self.0.commands;
@@ -217,14 +214,13 @@ impl TypedTool for KillTool {
 #[async_trait]
 impl TypedTool for ListTool {
     type Args = ProcessListArgs;
-    fn name(&self) -> &str {
-        self.0.name
-    }
-    fn description(&self) -> &str {
-        "List this session's processes (started with run_command background/yield_ms/tty, and the shell): id, command, age, status, output size."
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations::READ_ONLY
+
+    fn info(&self) -> ToolInfo<'_> {
+        ToolInfo::new(
+            self.0.name,
+            "List this session's processes (started with run_command background/yield_ms/tty, and the shell): id, command, age, status, output size.",
+            Annotations::READ_ONLY,
+        )
     }
     async fn run(
         &self,
