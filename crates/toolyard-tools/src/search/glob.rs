@@ -229,22 +229,14 @@ impl Visitor<'_, '_> {
     }
 
     fn consider(&mut self, entry: &DirEntry) {
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            return;
-        }
-        let Some(rel) = walk::rel_bytes(entry.path(), self.shared.ws_root) else {
+        let Some(walk::Found { rel, below, hidden }) = walk::found(
+            entry,
+            self.shared.ws_root,
+            self.shared.search_prefix,
+            self.shared.probe,
+        ) else {
             return;
         };
-        let below = walk::below(rel, self.shared.search_prefix);
-        let hidden = self
-            .shared
-            .probe
-            .filter(|_| entry.depth() > 0 && walk::is_hidden_below(below));
-        if let Some(probe) = hidden
-            && !probe.take_file()
-        {
-            return;
-        }
         if !self.shared.glob.is_match(below) {
             return;
         }

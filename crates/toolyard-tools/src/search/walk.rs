@@ -239,6 +239,41 @@ fn is_cargo_target(dir: &Path) -> bool {
         .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
 }
 
+/// A regular file the walk met, as the searches take it.
+pub(crate) struct Found<'e, 'p> {
+    /// Its path beneath the workspace root.
+    pub(crate) rel: &'e [u8],
+    /// Its path beneath the searched directory.
+    pub(crate) below: &'e [u8],
+    /// The probe, when the file is hidden: then it is only named in the probe's note.
+    pub(crate) hidden: Option<&'p HiddenProbe>,
+}
+
+/// `entry` as a file to search, or `None` when the searches skip it: not a regular file
+/// (directories are walked, symlinks are never followed), not beneath `ws_root`, or hidden
+/// once the probe's budget is spent.
+pub(crate) fn found<'e, 'p>(
+    entry: &'e DirEntry,
+    ws_root: &[u8],
+    search_prefix: &[u8],
+    probe: Option<&'p HiddenProbe>,
+) -> Option<Found<'e, 'p>> {
+    if !entry.file_type().is_some_and(|t| t.is_file()) {
+        return None;
+    }
+    let rel = rel_bytes(entry.path(), ws_root)?;
+    let under = below(rel, search_prefix);
+    let hidden = probe.filter(|_| entry.depth() > 0 && is_hidden_below(under));
+    if hidden.is_some_and(|p| !p.take_file()) {
+        return None;
+    }
+    Some(Found {
+        rel,
+        below: under,
+        hidden,
+    })
+}
+
 /// The bytes of `path` below `root_len` bytes of workspace-root prefix (and its `/`), or `None`
 /// when `path` is the root itself or not beneath it.
 pub(crate) fn rel_bytes<'a>(path: &'a Path, root: &[u8]) -> Option<&'a [u8]> {
