@@ -89,22 +89,6 @@ sections! {
 }
 
 impl Config {
-    /// Every section of `catalog`, parsed once (its default when absent); the error names
-    /// every section that does not parse. `check_catalog` checks more than that.
-    pub fn of(catalog: &Catalog) -> Result<Self, CatalogError> {
-        let parsed = Self::parse(catalog);
-        if !parsed.errors.is_empty() {
-            return Err(CatalogError::Invalid {
-                origin: catalog.origin().to_string(),
-                message: parsed.errors.join("\n"),
-            });
-        }
-        parsed.complete().ok_or_else(|| CatalogError::Invalid {
-            origin: catalog.origin().to_string(),
-            message: "a section did not parse".into(),
-        })
-    }
-
     /// How long a session may go without a call before its processes end.
     pub fn idle_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.processes.idle_timeout_s)

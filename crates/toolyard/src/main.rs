@@ -401,12 +401,8 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// The catalog, every section checked: a mistake anywhere stops every subcommand at once.
-pub(crate) fn load_catalog(path: Option<&Path>) -> Result<Catalog> {
-    load_config(path).map(|(catalog, _)| catalog)
-}
-
-/// [`load_catalog`], and its sections parsed into their types.
+/// The catalog, every section checked (a mistake anywhere stops every subcommand at once), and
+/// its sections parsed into their types.
 pub(crate) fn load_config(path: Option<&Path>) -> Result<(Catalog, Config)> {
     let catalog = match path {
         // Absolute, so runners (started elsewhere) and the protected paths name the same file.
@@ -427,7 +423,7 @@ pub(crate) fn dispatcher(common: &Common) -> Result<Dispatcher> {
 fn dispatcher_with_state(common: &Common, state_dir: Option<&Path>) -> Result<Dispatcher> {
     let mut config = DispatcherConfig::new(workspace_root(common.workspace.as_deref())?);
     config.state_dir = state_dir.map(Path::to_path_buf);
-    config.catalog = load_catalog(common.catalog.as_deref())?;
+    config.catalog = load_config(common.catalog.as_deref())?.0;
     config.dialect = common.dialect;
     config.profile = common.profile.clone();
     config.catalog_path = common
